@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Starts (up) or stops (down) the Redis servers shardlock's tests run against:
+# one standalone server and a 3-master, 3-replica cluster, all on 127.0.0.1.
+#
+#   scripts/redis-test-env.sh up     # install redis-server if missing, start, wait until ready
+#   scripts/redis-test-env.sh down   # stop every server started by 'up'
+#   scripts/redis-test-env.sh env    # print the export lines the tests read
+#
+# Ports: standalone 16379; cluster 17001-17006 (bus ports 27001-27006).
+# Data, logs and pid files go to $SHARDLOCK_TEST_DIR (default: .redis-test in the repo).
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+dir=${SHARDLOCK_TEST_DIR:-$repo/.redis-test}
+standalone_port=16379
+cluster_ports=(17001 17002 17003 17004 17005 17006)
+node_timeout=2000
+
+log() { printf 'redis-test-env: %s\n' "$*" >&2; }
+
+ensure_redis() {
+  if command -v redis-server >/dev/null && command -v redis-cli >/dev/null; then
+    return
+  fi
+  log "redis-server not found; installing Debian's redis-server and redis-tools"
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server redis-tools >/dev/null
+}
+
+start_server() { # port, extra args...
+  local port=$1; shift
+  mkdir -p "$dir/$port"
+  redis-server --port "$port" --bind 127.0.0.1 --protected-mode yes \
+    --dir "$dir/$port" --save "" --appendonly no \
+    --daemonize yes --pidfile "$dir/$port/redis.pid" --logfile "$dir/$port/redis.log" \
+    --enable-debug-command local "$@"
+}
+
+wait_ping() { # port
+  local i
+  for i in $(seq 1 100); do
+    if [ "$(redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null)" = "PONG" ]; then return 0; fi
+    sleep 0.1
+  done
+  log "server on port $1 did not answer PING"; return 1
+}
+
+print_env() {
+  local addrs=()
+  for p in "${cluster_ports[@]}"; do addrs+=("127.0.0.1:$p"); done
+  echo "export SHARDLOCK_REDIS_ADDR=127.0.0.1:$standalone_port"
+  echo "export SHARDLOCK_CLUSTER_ADDRS=$(IFS=,; echo "${addrs[*]}")"
+}
+
+up() {
+  ensure_redis
+  down >/dev/null 2>&1 || true
+  rm -rf "$dir"; mkdir -p "$dir"
+  start_server "$standalone_port"
+  for p in "${cluster_ports[@]}"; do
+    start_server "$p" --cluster-enabled yes --cluster-config-file "$dir/$p/nodes.conf" \
+      --cluster-node-timeout "$node_timeout"
+  done
+  wait_ping "$standalone_port"
+  for p in "${cluster_ports[@]}"; do wait_ping "$p"; done
+  local addrs=()
+  for p in "${cluster_ports[@]}"; do addrs+=("127.0.0.1:$p"); done
+  redis-cli --cluster create "${addrs[@]}" --cluster-replicas 1 --cluster-yes >"$dir/create.log" 2>&1 || {
+    cat "$dir/create.log" >&2; return 1; }
+  # Wait until every node agrees the cluster is ok and every replica has synced.
+  local i p ok
+  for i in $(seq 1 300); do
+    ok=1
+    for p in "${cluster_ports[@]}"; do
+      redis-cli -p "$p" cluster info 2>/dev/null | grep -q 'cluster_state:ok' || ok=0
+      if redis-cli -p "$p" info replication 2>/dev/null | grep -q 'role:slave'; then
+        redis-cli -p "$p" info replication | grep -q 'master_link_status:up' || ok=0
+      fi
+    done
+    [ "$ok" = 1 ] && break
+    sleep 0.1
+  done
+  [ "$ok" = 1 ] || { log "cluster did not become ready"; return 1; }
+  print_env >"$dir/env"
+  log "ready: standalone 127.0.0.1:$standalone_port, cluster 127.0.0.1:${cluster_ports[0]}-${cluster_ports[5]}"
+  log "environment: source $dir/env"
+}
+
+down() {
+  local p pidfile
+  for p in "$standalone_port" "${cluster_ports[@]}"; do
+    pidfile="$dir/$p/redis.pid"
+    if [ -f "$pidfile" ]; then
+      kill "$(cat "$pidfile")" 2>/dev/null || true
+    fi
+    redis-cli -p "$p" shutdown nosave >/dev/null 2>&1 || true
+  done
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  env) print_env ;;
+  *) echo "usage: $0 up|down|env" >&2; exit 2 ;;
+esac

@@ -1,0 +1,74 @@
+package sharding
+
+import (
+	"errors"
+	"strings"
+)
+
+// DefaultPrefix is the key prefix shardlock uses unless told otherwise.
+const DefaultPrefix = "shardlock:"
+
+// Reserved suffixes of the helper keys and channels that live beside a lock
+// key in its slot. A resource may not end in one of them, so no lock key can
+// ever name another lock's helper key.
+const (
+	FenceSuffix   = ":fence"
+	ChannelSuffix = ":released"
+)
+
+// ErrBadResource reports a resource name that cannot be made into a lock key
+// whose helper keys share its slot; see [LockKey].
+var ErrBadResource = errors.New("sharding: resource cannot be used as a lock name")
+
+// ErrBadPrefix reports a key prefix that contains a brace: a brace in the
+// prefix would change which part of the key Redis Cluster hashes.
+var ErrBadPrefix = errors.New("sharding: key prefix must not contain '{' or '}'")
+
+// ValidatePrefix returns ErrBadPrefix when prefix contains '{' or '}'.
+func ValidatePrefix(prefix string) error {
+	if strings.ContainsAny(prefix, "{}") {
+		return ErrBadPrefix
+	}
+	return nil
+}
+
+// LockKey returns the Redis key of the lock on resource under prefix.
+//
+// A resource with a non-empty hash tag of its own keeps it:
+// LockKey("shardlock:", "{order:123}:stock") is "shardlock:{order:123}:stock".
+// Any other resource is wrapped in a tag: LockKey("shardlock:", "order:123")
+// is "shardlock:{order:123}". Either way the key's tag is a prefix of its
+// helper keys' tags, so [FenceKey] and [ChannelName] share its slot. A
+// resource and the same resource in braces ("x" and "{x}") name the same key.
+//
+// It returns ErrBadResource when resource is empty, ends in a reserved
+// suffix, or contains a '}' without carrying a non-empty tag (wrapping such a
+// resource would let the '}' end the tag early); and ErrBadPrefix when the
+// prefix contains a brace.
+func LockKey(prefix, resource string) (string, error) {
+	if err := ValidatePrefix(prefix); err != nil {
+		return "", err
+	}
+	if resource == "" || strings.HasSuffix(resource, FenceSuffix) || strings.HasSuffix(resource, ChannelSuffix) {
+		return "", ErrBadResource
+	}
+	if _, ok := HashTag(resource); ok {
+		return prefix + resource, nil
+	}
+	if strings.IndexByte(resource, '}') >= 0 {
+		return "", ErrBadResource
+	}
+	return prefix + "{" + resource + "}", nil
+}
+
+// FenceKey returns the key of the fencing counter of the lock stored at
+// lockKey. It shares lockKey's slot.
+func FenceKey(lockKey string) string { return lockKey + FenceSuffix }
+
+// ChannelName returns the (sharded) pub/sub channel on which releases of the
+// lock stored at lockKey are announced. It shares lockKey's slot.
+func ChannelName(lockKey string) string { return lockKey + ChannelSuffix }
+
+// IsHelperKey reports whether key is a helper key ([FenceKey]) rather than a
+// lock key, for tools that scan a key space by prefix.
+func IsHelperKey(key string) bool { return strings.HasSuffix(key, FenceSuffix) }
