@@ -1,0 +1,32 @@
+// Package scripts holds shardlock's Lua scripts, embedded from .lua files
+// and compiled once. Run them with Script.Run (EVALSHA with EVAL fallback);
+// in pipelines, load them first (All) and retry NOSCRIPT with EVAL.
+package scripts
+
+import (
+	_ "embed"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed acquire_fenced.lua
+	acquireFencedSrc string
+	//go:embed release.lua
+	releaseSrc string
+	//go:embed extend.lua
+	extendSrc string
+	//go:embed pttl.lua
+	pttlSrc string
+)
+
+// The scripts. Their contracts are in the .lua files.
+var (
+	AcquireFenced = redis.NewScript(acquireFencedSrc)
+	Release       = redis.NewScript(releaseSrc)
+	Extend        = redis.NewScript(extendSrc)
+	PTTL          = redis.NewScript(pttlSrc)
+)
+
+// All lists every script, for preloading.
+func All() []*redis.Script { return []*redis.Script{AcquireFenced, Release, Extend, PTTL} }

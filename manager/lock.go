@@ -1,0 +1,470 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/shardlock/shardlock/internal/scripts"
+)
+
+const (
+	stateHeld = iota
+	stateReleasing
+	stateReleased
+	stateLost
+)
+
+// Lock is a held lock, returned by the Manager. Its methods are safe for
+// concurrent use; on a nil *Lock they return ErrNilLock (or zero values)
+// instead of panicking, so `defer lock.Release(ctx)` after a failed acquire
+// is harmless.
+type Lock struct {
+	m          *Manager
+	resource   string
+	key        string
+	token      string
+	fence      uint64
+	acquiredAt time.Time
+	ctx        context.Context
+	cancel     context.CancelCauseFunc
+	done       chan struct{}
+
+	mu            sync.Mutex
+	ttl           time.Duration
+	interval      time.Duration
+	fixedInterval bool
+	lastSent      time.Time // send time of the last successful write of the key's TTL
+	validUntil    time.Time // by this process's monotonic clock
+	nextRenew     time.Time
+	maxHoldAt     time.Time // zero: no max hold
+	maxFired      bool
+	watchdog      bool
+	state         int
+	err           error
+	releaseDone   chan struct{}
+	releaseErr    error
+	replicas      int
+
+	// Owned by the scheduler, under its mutex.
+	due time.Time
+	idx int
+}
+
+// drift is the safety margin taken off a TTL for the difference between the
+// server's clock and ours (as redsync and the Redlock paper do).
+func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
+func (m *Manager) newLock(resource, key, token string, fence uint64, acquiredAt, validFrom time.Time, ac *acquireConfig) *Lock {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	l := &Lock{
+		m: m, resource: resource, key: key, token: token, fence: fence, acquiredAt: acquiredAt,
+		ctx: ctx, cancel: cancel, done: make(chan struct{}),
+		ttl: ac.ttl, interval: ac.interval, fixedInterval: m.cfg.renewInterval > 0,
+		lastSent: validFrom, validUntil: validFrom.Add(ac.ttl - drift(ac.ttl)),
+		nextRenew: validFrom.Add(ac.interval), watchdog: ac.watchdog, idx: -1,
+	}
+	if ac.maxHold > 0 {
+		l.maxHoldAt = acquiredAt.Add(ac.maxHold)
+	}
+	return l
+}
+
+// Resource returns the resource name the lock was taken on.
+func (l *Lock) Resource() string {
+	if l == nil {
+		return ""
+	}
+	return l.resource
+}
+
+// Key returns the Redis key that holds the lock.
+func (l *Lock) Key() string {
+	if l == nil {
+		return ""
+	}
+	return l.key
+}
+
+// Token returns the lock's token. Whoever knows it can release the lock:
+// treat it as a secret (shardlock never logs it whole).
+func (l *Lock) Token() string {
+	if l == nil {
+		return ""
+	}
+	return l.token
+}
+
+// Fence returns the lock's fencing token, strictly increasing per resource
+// across acquisitions, or 0 when fencing is off. Pass it to the resource the
+// lock protects and have it reject writes with a smaller fence.
+func (l *Lock) Fence() uint64 {
+	if l == nil {
+		return 0
+	}
+	return l.fence
+}
+
+// AcquiredAt returns when the acquire that returned the lock started.
+func (l *Lock) AcquiredAt() time.Time {
+	if l == nil {
+		return time.Time{}
+	}
+	return l.acquiredAt
+}
+
+// Replicas returns how many replicas acknowledged the acquire under
+// WithReplicaAck (0 without it).
+func (l *Lock) Replicas() int {
+	if l == nil {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.replicas
+}
+
+// Done returns a channel closed when the lock is released or lost.
+func (l *Lock) Done() <-chan struct{} {
+	if l == nil {
+		return closedChan
+	}
+	return l.done
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// Context returns a context cancelled when the lock is lost (cause: an
+// error matching ErrLockLost), reaches its max hold (cause
+// ErrMaxHoldExceeded) or is released (cause ErrReleased). Run the work the
+// lock protects under it.
+func (l *Lock) Context() context.Context {
+	if l == nil {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancel(ErrNilLock)
+		return ctx
+	}
+	return l.ctx
+}
+
+// Err returns why Done closed: nil while the lock is held and after a clean
+// release; an error matching ErrLockLost (joined with ErrNotHeld,
+// ErrExpired or ErrMaxHoldExceeded) when it was lost; the release's error
+// when a release failed.
+func (l *Lock) Err() error {
+	if l == nil {
+		return ErrNilLock
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+func (l *Lock) ttlNow() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ttl
+}
+
+func (l *Lock) validUntilNow() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.validUntil
+}
+
+// heldErr returns nil while the lock is held, else why not.
+func (l *Lock) heldErrLocked() error {
+	switch l.state {
+	case stateHeld:
+		return nil
+	case stateLost:
+		return l.err
+	}
+	return ErrReleased
+}
+
+// markLost records that the lock is gone for cause, once: it cancels the
+// Context, closes Done and logs one line. It reports whether it did.
+func (l *Lock) markLost(cause error) bool {
+	l.mu.Lock()
+	if l.state != stateHeld {
+		l.mu.Unlock()
+		return false
+	}
+	l.state = stateLost
+	l.err = errors.Join(ErrLockLost, cause)
+	err := l.err
+	l.mu.Unlock()
+	l.m.sched.remove(l)
+	l.cancel(err)
+	close(l.done)
+	if errors.Is(cause, ErrMaxHoldExceeded) {
+		l.m.log.Warn("lock expired after max hold", l.m.fields(context.Background(), "lost", l, zap.Error(err))...)
+	} else {
+		l.m.log.Error("lock lost", l.m.fields(context.Background(), "lost", l, zap.Error(err))...)
+	}
+	return true
+}
+
+// beginRelease claims the release of a held lock, once.
+func (l *Lock) beginRelease() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state != stateHeld {
+		return false
+	}
+	l.state = stateReleasing
+	l.releaseDone = make(chan struct{})
+	return true
+}
+
+// finishRelease ends a release claimed by beginRelease with its result.
+func (l *Lock) finishRelease(result error) {
+	l.mu.Lock()
+	l.state = stateReleased
+	l.releaseErr = result
+	if result != nil {
+		if errors.Is(result, ErrNotHeld) || errors.Is(result, ErrExpired) {
+			l.err = errors.Join(ErrLockLost, result)
+		} else {
+			l.err = result
+		}
+	}
+	done := l.releaseDone
+	l.mu.Unlock()
+	close(done)
+	l.cancel(ErrReleased)
+	close(l.done)
+}
+
+// Release gives the lock up with one compare-and-delete. It returns nil when
+// it deleted the key, ErrNotHeld when another owner holds the key now,
+// ErrExpired when the key is gone, and an error matching ErrLockLost
+// (without a round trip) when the lock was already known lost. Transient
+// errors are retried while ctx lasts and the lock is still valid; if the
+// release could not be confirmed, it goes on in the background until the
+// lock's TTL would end. A second Release makes no round trip and returns
+// the first result.
+func (l *Lock) Release(ctx context.Context) error {
+	if l == nil {
+		return ErrNilLock
+	}
+	if ctx == nil {
+		return invalid("context", "nil")
+	}
+	m := l.m
+	l.mu.Lock()
+	switch l.state {
+	case stateLost:
+		err := l.err
+		l.mu.Unlock()
+		return err
+	case stateReleasing, stateReleased:
+		ch := l.releaseDone
+		l.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.releaseErr
+	}
+	l.state = stateReleasing
+	l.releaseDone = make(chan struct{})
+	validUntil := l.validUntil
+	l.mu.Unlock()
+	m.sched.remove(l)
+
+	var (
+		result    error
+		ambiguous bool
+		keys      = []string{l.key}
+	)
+	err := m.retryTransient(ctx, validUntil, func(ctx context.Context) error {
+		sentAt := time.Now()
+		r, err := scripts.Release.Run(ctx, m.cmd, keys, l.token).Int64()
+		if err != nil {
+			ambiguous = ambiguous || isAmbiguous(err)
+			return err
+		}
+		result = releaseResult(r, nil, ambiguous, sentAt, validUntil)
+		return nil
+	})
+	if err != nil {
+		if ctx.Err() == nil && !time.Now().Before(validUntil) {
+			result = ErrExpired // retried until the key's TTL ran out
+		} else {
+			result = fmt.Errorf("shardlock: release: %w", err)
+		}
+		m.sched.addOrphan(l.key, l.token, validUntil)
+	}
+	l.finishRelease(result)
+	if ce := m.log.Check(zap.DebugLevel, "lock released"); ce != nil {
+		ce.Write(m.fields(ctx, "released", l, zap.Duration("held", time.Since(l.acquiredAt)), zap.Error(result))...)
+	}
+	return result
+}
+
+// Extend sets the lock's TTL to ttl from now with one compare-and-pexpire,
+// and makes ttl the TTL the watchdog renews to. It never re-creates a key
+// that has gone: then it returns ErrExpired (or ErrNotHeld when another
+// owner holds the key) and the lock is lost. It returns an
+// *InvalidArgumentError for a ttl outside [MinTTL, MaxTTL], and an error
+// matching ErrLockLost or ErrReleased when the lock is no longer held.
+// Transient errors are retried while ctx lasts and the lock is valid.
+func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
+	if l == nil {
+		return ErrNilLock
+	}
+	if ctx == nil {
+		return invalid("context", "nil")
+	}
+	m := l.m
+	if err := checkTTL(ttl); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	if l.fixedInterval && l.interval >= ttl {
+		l.mu.Unlock()
+		return invalid("ttl", "%v must exceed the renew interval %v", ttl, l.interval)
+	}
+	if err := l.heldErrLocked(); err != nil {
+		l.mu.Unlock()
+		return err
+	}
+	validUntil := l.validUntil
+	l.mu.Unlock()
+	if m.cfg.replicas > 0 && m.cfg.replicaTimeout >= ttl {
+		return invalid("ttl", "%v must exceed the replica ack timeout %v", ttl, m.cfg.replicaTimeout)
+	}
+
+	ttlMs := strconv.FormatInt(ttl.Milliseconds(), 10)
+	var (
+		r        int64
+		replicas = -1
+		sentAt   time.Time
+	)
+	err := m.retryTransient(ctx, validUntil, func(ctx context.Context) error {
+		sentAt = time.Now()
+		var err error
+		if m.cfg.replicas > 0 {
+			r, replicas, err = m.extendWait(ctx, l.key, l.token, ttlMs)
+		} else {
+			r, err = scripts.Extend.Run(ctx, m.cmd, []string{l.key}, l.token, ttlMs).Int64()
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("shardlock: extend: %w", err)
+	}
+	switch r {
+	case 0:
+		l.markLost(ErrExpired)
+		return ErrExpired
+	case -1:
+		l.markLost(ErrNotHeld)
+		return ErrNotHeld
+	}
+	l.renewed(sentAt, ttl)
+	if replicas >= 0 {
+		l.mu.Lock()
+		l.replicas = replicas
+		l.mu.Unlock()
+		if replicas < m.cfg.replicas && m.cfg.replicaPolicy == ReplicaFail {
+			return &ReplicaAckError{Want: m.cfg.replicas, Got: replicas}
+		}
+	}
+	return nil
+}
+
+// extendWait runs the extend script and WAIT in one pipeline on the owning master.
+func (m *Manager) extendWait(ctx context.Context, key, token, ttlMs string) (int64, int, error) {
+	node, err := m.nodeFor(ctx, key)
+	if err != nil {
+		return 0, 0, err
+	}
+	pipe := node.Pipeline()
+	ext := scripts.Extend.Eval(ctx, pipe, []string{key}, token, ttlMs)
+	wait := pipe.Do(ctx, "wait", m.cfg.replicas, m.cfg.replicaTimeout.Milliseconds())
+	_, _ = pipe.Exec(ctx)
+	r, err := ext.Int64()
+	if err != nil {
+		return 0, 0, err
+	}
+	n, err := wait.Int64()
+	if err != nil {
+		return 0, 0, fmt.Errorf("WAIT: %w", err)
+	}
+	return r, int(n), nil
+}
+
+// renewed records a successful write of the key's TTL (ttl, sent at
+// sentAt) and reschedules the lock. An older write than one already
+// recorded changes nothing.
+func (l *Lock) renewed(sentAt time.Time, ttl time.Duration) {
+	l.mu.Lock()
+	if l.state != stateHeld || sentAt.Before(l.lastSent) {
+		l.mu.Unlock()
+		return
+	}
+	l.lastSent = sentAt
+	l.ttl = ttl
+	if !l.fixedInterval {
+		l.interval = ttl / 3
+	}
+	l.validUntil = sentAt.Add(ttl - drift(ttl))
+	l.nextRenew = sentAt.Add(l.interval)
+	due := l.nextDueLocked()
+	l.mu.Unlock()
+	l.m.sched.schedule(l, due)
+}
+
+// nextDueLocked returns when the scheduler must look at the lock next.
+func (l *Lock) nextDueLocked() time.Time {
+	due := l.validUntil
+	if l.watchdog && !l.maxFired && l.nextRenew.Before(due) {
+		due = l.nextRenew
+	}
+	if !l.maxHoldAt.IsZero() && !l.maxFired && l.maxHoldAt.Before(due) {
+		due = l.maxHoldAt
+	}
+	return due
+}
+
+// TTL returns the lock's remaining TTL on the server. It returns ErrExpired
+// or ErrNotHeld (and the lock is lost) when the key is gone or owned by
+// someone else.
+func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
+	if l == nil {
+		return 0, ErrNilLock
+	}
+	if ctx == nil {
+		return 0, invalid("context", "nil")
+	}
+	l.mu.Lock()
+	err := l.heldErrLocked()
+	l.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	ms, err := scripts.PTTL.Run(ctx, l.m.cmd, []string{l.key}, l.token).Int64()
+	if err != nil {
+		return 0, fmt.Errorf("shardlock: ttl: %w", err)
+	}
+	switch ms {
+	case -1:
+		l.markLost(ErrExpired)
+		return 0, ErrExpired
+	case -2:
+		l.markLost(ErrNotHeld)
+		return 0, ErrNotHeld
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}

@@ -1,0 +1,436 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/shardlock/shardlock/internal/scripts"
+	"github.com/shardlock/shardlock/sharding"
+)
+
+// Client is what the Manager needs of go-redis: *redis.Client (standalone
+// or Sentinel failover) and *redis.ClusterClient both fit.
+type Client = redis.UniversalClient
+
+var (
+	_ Client = (*redis.Client)(nil)
+	_ Client = (*redis.ClusterClient)(nil)
+)
+
+// Manager takes and keeps distributed locks on one Redis deployment. It is
+// safe for concurrent use. It owns one background goroutine, the watchdog
+// scheduler, which Close stops.
+type Manager struct {
+	client Client
+	cmd    redis.UniversalClient // client, or its auto-pipeliner
+	renew  Client
+	cfg    config
+	log    *zap.Logger
+	sched  *scheduler
+
+	closed     atomic.Bool
+	closeOnce  sync.Once
+	closeErr   error
+	lastReload atomic.Int64
+}
+
+// New returns a Manager on client. Unless WithStartupCheck(0) is given it
+// checks, within 5 s, that every master runs Redis 7.0 or later and loads
+// the Lua scripts on each.
+//
+// It returns an *InvalidArgumentError for a nil client or contradicting
+// options, a *ServerVersionError for a server that is too old, and the
+// Redis error when the servers cannot be reached.
+func New(client Client, opts ...Option) (*Manager, error) {
+	if client == nil || isNilClient(client) {
+		return nil, invalid("client", "nil")
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&cfg)
+		}
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	m := &Manager{client: client, cmd: client, renew: client, cfg: cfg, log: cfg.logger}
+	if cfg.renewClient != nil {
+		m.renew = cfg.renewClient
+	}
+	if cfg.startupCheck > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), cfg.startupCheck)
+		err := m.startupCheck(ctx)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("shardlock: startup check: %w", err)
+		}
+	}
+	if cfg.autoPipeline {
+		ap, err := client.AutoPipeline()
+		if err != nil {
+			return nil, fmt.Errorf("shardlock: auto-pipeline: %w", err)
+		}
+		m.cmd = ap
+	}
+	m.sched = newScheduler(m)
+	return m, nil
+}
+
+func isNilClient(c Client) bool {
+	switch v := c.(type) {
+	case *redis.Client:
+		return v == nil
+	case *redis.ClusterClient:
+		return v == nil
+	}
+	return false
+}
+
+// TryAcquire makes one attempt to take the lock on resource.
+//
+// It returns ErrNotAcquired when another owner holds it, an
+// *InvalidArgumentError for bad input (before any round trip), ErrClosed
+// after Close, a *ReplicaAckError under WithReplicaAck(…, ReplicaFail), or
+// the Redis error.
+func (m *Manager) TryAcquire(ctx context.Context, resource string, opts ...AcquireOption) (*Lock, error) {
+	return m.acquire(ctx, resource, opts, false)
+}
+
+// Acquire takes the lock on resource, waiting while another owner holds it,
+// with the retry strategy, until the wait limit (default 30 s) or until ctx
+// ends. Transient Redis errors (a failover, a migrating slot) are retried the
+// same way.
+//
+// When the wait ends without the lock it returns an error that matches
+// ErrNotAcquired, and also ctx's error when ctx ended it. Otherwise it
+// returns what TryAcquire returns.
+func (m *Manager) Acquire(ctx context.Context, resource string, opts ...AcquireOption) (*Lock, error) {
+	return m.acquire(ctx, resource, opts, true)
+}
+
+const (
+	attemptContended = iota
+	attemptFresh     // this attempt set the key
+	attemptReplay    // the key already held our token: an earlier attempt (or a re-send) set it
+)
+
+func (m *Manager) acquire(ctx context.Context, resource string, opts []AcquireOption, wait bool) (*Lock, error) {
+	ac, key, err := m.acquireConfig(resource, opts)
+	if err != nil {
+		return nil, err
+	}
+	if ctx == nil {
+		return nil, invalid("context", "nil")
+	}
+	if m.closed.Load() {
+		return nil, ErrClosed
+	}
+	start := time.Now()
+	token := newToken(m.cfg.owner, start)
+	var (
+		firstAmbiguous time.Time // send time of the first attempt whose outcome we never learned
+		waitUntil      = start.Add(ac.wait)
+		timer          *time.Timer
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	fail := func(err error) (*Lock, error) {
+		if !firstAmbiguous.IsZero() {
+			// An attempt may still run on the server: release its token in
+			// the background so it cannot strand the key until its TTL.
+			m.sched.addOrphan(key, token, firstAmbiguous.Add(ac.ttl))
+		}
+		return nil, err
+	}
+	for attempt := 1; ; attempt++ {
+		sendAt := time.Now()
+		status, fence, replicas, err := m.attempt(ctx, key, token, &ac)
+		switch {
+		case err != nil:
+			if isAmbiguous(err) && firstAmbiguous.IsZero() {
+				firstAmbiguous = sendAt
+			}
+			if ctx.Err() != nil {
+				return fail(errors.Join(ErrNotAcquired, ctx.Err()))
+			}
+			if !wait || !isTransient(err) {
+				return fail(fmt.Errorf("shardlock: acquire %q: %w", resource, err))
+			}
+			m.reloadTopology(ctx)
+		case status != attemptContended:
+			validFrom := sendAt
+			if status == attemptReplay && !firstAmbiguous.IsZero() {
+				validFrom = firstAmbiguous // the key may have been set that early
+			}
+			l := m.newLock(resource, key, token, fence, start, validFrom, &ac)
+			l.replicas = replicas
+			if m.cfg.replicas > 0 && replicas < m.cfg.replicas && m.cfg.replicaPolicy == ReplicaFail {
+				m.sched.addOrphan(key, token, l.validUntil)
+				return nil, &ReplicaAckError{Want: m.cfg.replicas, Got: replicas}
+			}
+			if !time.Now().Before(l.validUntil) {
+				// The reply came after the lock would have expired.
+				m.sched.addOrphan(key, token, l.validUntil)
+				if !wait {
+					return nil, ErrNotAcquired
+				}
+				break
+			}
+			if !m.sched.add(l) {
+				m.sched.releaseNow(l)
+				return nil, ErrClosed
+			}
+			if ce := m.log.Check(zap.DebugLevel, "lock acquired"); ce != nil {
+				ce.Write(m.fields(ctx, "acquired", l, zap.Duration("waited", time.Since(start)), zap.Int("attempts", attempt))...)
+			}
+			return l, nil
+		}
+		if !wait {
+			return fail(ErrNotAcquired)
+		}
+		d := ac.retry.NextBackoff(attempt)
+		remaining := time.Until(waitUntil)
+		if d < 0 || remaining <= 0 {
+			return fail(ErrNotAcquired)
+		}
+		d = min(d, remaining)
+		if timer == nil {
+			timer = time.NewTimer(d)
+		} else {
+			timer.Reset(d)
+		}
+		select {
+		case <-ctx.Done():
+			return fail(errors.Join(ErrNotAcquired, ctx.Err()))
+		case <-timer.C:
+		}
+		if m.closed.Load() {
+			return fail(ErrClosed)
+		}
+	}
+}
+
+// attempt makes one acquire round trip.
+func (m *Manager) attempt(ctx context.Context, key, token string, ac *acquireConfig) (status int, fence uint64, replicas int, err error) {
+	ttlMs := strconv.FormatInt(ac.ttl.Milliseconds(), 10)
+	if m.cfg.replicas > 0 {
+		return m.attemptWait(ctx, key, token, ttlMs, ac)
+	}
+	if ac.fencing {
+		res, err := scripts.AcquireFenced.Run(ctx, m.cmd, []string{key, sharding.FenceKey(key)}, token, ttlMs).Slice()
+		status, fence, err := parseFenced(res, err)
+		return status, fence, 0, err
+	}
+	cmd := redis.NewStringCmd(ctx, "set", key, token, "px", ttlMs, "nx", "get")
+	_ = m.cmd.Process(ctx, cmd)
+	status, err = parseSetNXGet(cmd, token)
+	return status, 0, 0, err
+}
+
+// attemptWait writes the key and sends WAIT in one pipeline on the owning
+// master, so WAIT counts the replicas that have this write.
+func (m *Manager) attemptWait(ctx context.Context, key, token, ttlMs string, ac *acquireConfig) (status int, fence uint64, replicas int, err error) {
+	fencing := ac.fencing
+	node, err := m.nodeFor(ctx, key)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	pipe := node.Pipeline()
+	var (
+		set   *redis.StringCmd
+		fcmd  *redis.Cmd
+		waitc *redis.Cmd
+	)
+	if fencing {
+		fcmd = scripts.AcquireFenced.Eval(ctx, pipe, []string{key, sharding.FenceKey(key)}, token, ttlMs)
+	} else {
+		set = redis.NewStringCmd(ctx, "set", key, token, "px", ttlMs, "nx", "get")
+		_ = pipe.Process(ctx, set)
+	}
+	waitc = pipe.Do(ctx, "wait", m.cfg.replicas, m.cfg.replicaTimeout.Milliseconds())
+	_, _ = pipe.Exec(ctx)
+	if fencing {
+		status, fence, err = parseFenced(fcmd.Slice())
+	} else {
+		status, err = parseSetNXGet(set, token)
+	}
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	n, werr := waitc.Int64()
+	if werr != nil && status != attemptContended {
+		m.sched.addOrphan(key, token, time.Now().Add(ac.ttl))
+		return 0, 0, 0, fmt.Errorf("WAIT: %w", werr)
+	}
+	return status, fence, int(n), nil
+}
+
+func parseSetNXGet(cmd *redis.StringCmd, token string) (int, error) {
+	old, err := cmd.Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return attemptFresh, nil
+	case err != nil:
+		return 0, err
+	case old == token:
+		return attemptReplay, nil
+	}
+	return attemptContended, nil
+}
+
+func parseFenced(res []any, err error) (int, uint64, error) {
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(res) != 2 {
+		return 0, 0, fmt.Errorf("shardlock: unexpected acquire reply %v", res)
+	}
+	st, _ := res[0].(int64)
+	f, _ := res[1].(int64)
+	return int(st), uint64(f), nil
+}
+
+// Do takes the lock on resource (as Acquire), runs fn with a context that is
+// cancelled when the lock is lost or reaches its max hold (or when ctx
+// ends), releases the lock and returns fn's error. If the lock was lost
+// meanwhile, the error also matches ErrLockLost.
+func (m *Manager) Do(ctx context.Context, resource string, fn func(ctx context.Context) error, opts ...AcquireOption) error {
+	if fn == nil {
+		return invalid("fn", "nil")
+	}
+	l, err := m.Acquire(ctx, resource, opts...)
+	if err != nil {
+		return err
+	}
+	fctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(l.ctx, func() { cancel(context.Cause(l.ctx)) })
+	ferr := fn(fctx)
+	stop()
+	cancel(nil)
+	// Release even if ctx has ended, but not for longer than the lock can live.
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), l.ttlNow())
+	rerr := l.Release(rctx)
+	rcancel()
+	if errors.Is(rerr, ErrLockLost) || errors.Is(rerr, ErrNotHeld) || errors.Is(rerr, ErrExpired) {
+		return errors.Join(ferr, ErrLockLost)
+	}
+	if rerr != nil {
+		return errors.Join(ferr, rerr)
+	}
+	return ferr
+}
+
+// Close stops the watchdog, releases every lock this Manager still holds
+// (best effort, bounded by ctx; their Done channels close), and waits for
+// the Manager's goroutine. Calls made after Close return ErrClosed; a second
+// Close returns ErrClosed.
+func (m *Manager) Close(ctx context.Context) error {
+	err := ErrClosed
+	m.closeOnce.Do(func() {
+		m.closed.Store(true)
+		locks, orphans := m.sched.stop()
+		err = m.releaseAll(ctx, locks, orphans)
+	})
+	return err
+}
+
+// releaseAll releases locks and orphaned tokens in one pipelined batch per
+// node, retrying transient failures within ctx.
+func (m *Manager) releaseAll(ctx context.Context, locks []*Lock, orphans []orphan) error {
+	type item struct {
+		key, token string
+		lock       *Lock
+	}
+	var items []item
+	for _, l := range locks {
+		if l.beginRelease() {
+			items = append(items, item{l.key, l.token, l})
+		}
+	}
+	for _, o := range orphans {
+		items = append(items, item{key: o.key, token: o.token})
+	}
+	var failed int
+	err := m.retryTransient(ctx, time.Time{}, func(ctx context.Context) error {
+		calls := make([]scriptCall, len(items))
+		for i, it := range items {
+			calls[i] = scriptCall{script: scripts.Release, keys: []string{it.key}, args: []any{it.token}}
+		}
+		runBatch(ctx, m.client, calls)
+		var rest []item
+		var firstErr error
+		for i, c := range calls {
+			r, err := c.cmd.Int64()
+			if err != nil && isTransient(err) {
+				rest = append(rest, items[i])
+				firstErr = err
+				continue
+			}
+			if l := items[i].lock; l != nil {
+				l.finishRelease(releaseResult(r, err, false, time.Now(), l.validUntilNow()))
+			}
+		}
+		items = rest
+		return firstErr
+	})
+	for _, it := range items {
+		failed++
+		if it.lock != nil {
+			it.lock.finishRelease(err)
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("shardlock: close: %d locks not released: %w", failed, err)
+	}
+	return nil
+}
+
+// releaseResult turns a release script reply into Release's error.
+// ambiguous says an earlier try of the same release may have run: then a
+// key found gone before the lock's validity ran out was deleted by us.
+func releaseResult(r int64, err error, ambiguous bool, sentAt, validUntil time.Time) error {
+	if err != nil {
+		return fmt.Errorf("shardlock: release: %w", err)
+	}
+	switch r {
+	case 1:
+		return nil
+	case 0:
+		if ambiguous && sentAt.Before(validUntil) {
+			return nil
+		}
+		return ErrExpired
+	}
+	return ErrNotHeld
+}
+
+func (m *Manager) fields(ctx context.Context, event string, l *Lock, extra ...zap.Field) []zap.Field {
+	f := append(make([]zap.Field, 0, 8+len(extra)),
+		zap.String("event", event),
+		zap.String("resource", l.resource),
+		zap.String("owner", m.cfg.owner),
+		zap.String("token", redactToken(l.token)),
+		zap.Duration("ttl", l.ttl),
+	)
+	if l.fence != 0 {
+		f = append(f, zap.Uint64("fence", l.fence))
+	}
+	if m.cfg.traceID != nil && ctx != nil {
+		if id := m.cfg.traceID(ctx); id != "" {
+			f = append(f, zap.String("trace_id", id))
+		}
+	}
+	return append(f, extra...)
+}

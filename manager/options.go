@@ -1,0 +1,328 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/shardlock/shardlock/sharding"
+)
+
+// Bounds on input, checked before any round trip.
+const (
+	MaxResourceLen = 1024           // bytes
+	MaxOwnerLen    = 256            // bytes
+	MinTTL         = 10 * time.Millisecond
+	MaxTTL         = 24 * time.Hour
+	MaxWait        = 24 * time.Hour // the longest wait limit Acquire accepts
+)
+
+// Defaults.
+const (
+	DefaultTTL     = 10 * time.Second
+	DefaultWait    = 30 * time.Second
+	DefaultStartup = 5 * time.Second
+)
+
+// ReplicaPolicy says what a too-small WAIT count does to an acquire.
+type ReplicaPolicy int
+
+const (
+	// ReplicaFail fails the acquire with a *ReplicaAckError and releases the key.
+	ReplicaFail ReplicaPolicy = iota
+	// ReplicaReport keeps the lock and reports the count in Lock.Replicas.
+	ReplicaReport
+)
+
+type config struct {
+	prefix         string
+	ttl            time.Duration
+	owner          string
+	logger         *zap.Logger
+	retry          RetryStrategy
+	wait           time.Duration
+	watchdog       bool
+	renewInterval  time.Duration // 0: ttl/3
+	maxHold        time.Duration // 0: none
+	renewClient    redis.UniversalClient
+	fencing        bool
+	replicas       int
+	replicaTimeout time.Duration
+	replicaPolicy  ReplicaPolicy
+	autoPipeline   bool
+	startupCheck   time.Duration
+	traceID        func(context.Context) string
+}
+
+func defaultConfig() config {
+	owner := "unknown"
+	if h, err := os.Hostname(); err == nil && h != "" {
+		owner = h
+	}
+	return config{
+		prefix:       sharding.DefaultPrefix,
+		ttl:          DefaultTTL,
+		owner:        fmt.Sprintf("%s:%d", owner, os.Getpid()),
+		logger:       zap.NewNop(),
+		retry:        DefaultRetry(),
+		wait:         DefaultWait,
+		watchdog:     true,
+		autoPipeline: true,
+		startupCheck: DefaultStartup,
+	}
+}
+
+// Option configures a Manager.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// WithKeyPrefix sets the prefix of every lock key. It must not contain '{'
+// or '}'. The default is "shardlock:".
+func WithKeyPrefix(p string) Option { return optionFunc(func(c *config) { c.prefix = p }) }
+
+// WithTTL sets the default lock TTL, in [MinTTL, MaxTTL]. The default is 10 s:
+// a crashed holder blocks others for at most that long, and the watchdog
+// renews a live holder every TTL/3.
+func WithTTL(d time.Duration) Option { return optionFunc(func(c *config) { c.ttl = d }) }
+
+// WithOwner sets the owner id written into every token (at most
+// MaxOwnerLen bytes of printable UTF-8). The default is "<hostname>:<pid>".
+func WithOwner(id string) Option { return optionFunc(func(c *config) { c.owner = id }) }
+
+// WithLogger sets the logger. The default is zap.NewNop().
+func WithLogger(l *zap.Logger) Option { return optionFunc(func(c *config) { c.logger = l }) }
+
+// WithRetry sets Acquire's default retry strategy. The default is DefaultRetry().
+func WithRetry(s RetryStrategy) Option { return optionFunc(func(c *config) { c.retry = s }) }
+
+// WithWait sets Acquire's default wait limit, in [0, MaxWait]. The default
+// is 30 s. The caller's context can end the wait sooner.
+func WithWait(d time.Duration) Option { return optionFunc(func(c *config) { c.wait = d }) }
+
+// WithWatchdog turns automatic renewal of held locks on or off. The default
+// is on. Without it a lock lives for its TTL unless extended, and its
+// Context is cancelled when the TTL runs out.
+func WithWatchdog(on bool) Option { return optionFunc(func(c *config) { c.watchdog = on }) }
+
+// WithRenewInterval sets how often the watchdog renews a lock; it must be
+// below the TTL. The default (0) is TTL/3.
+func WithRenewInterval(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.renewInterval = d })
+}
+
+// WithMaxHold sets the default max hold: the watchdog stops renewing a lock
+// at that age and cancels its Context with ErrMaxHoldExceeded (the hard
+// fuse against a holder stuck forever). The default (0) is no limit.
+func WithMaxHold(d time.Duration) Option { return optionFunc(func(c *config) { c.maxHold = d }) }
+
+// WithRenewClient sends the watchdog's renewals through a client of their
+// own, so a busy main pool cannot starve them. The default is the main client.
+func WithRenewClient(rc redis.UniversalClient) Option {
+	return optionFunc(func(c *config) { c.renewClient = rc })
+}
+
+// WithFencing makes every acquire take a fencing token (see Lock.Fence).
+// The default is off; AcquireWithFencing turns it on for one acquire.
+func WithFencing(on bool) Option { return optionFunc(func(c *config) { c.fencing = on }) }
+
+// WithReplicaAck makes acquire and Extend wait, with WAIT n timeout on the
+// connection that wrote the key, until n replicas have the write. policy
+// says what fewer than n does. The default is no WAIT.
+func WithReplicaAck(n int, timeout time.Duration, policy ReplicaPolicy) Option {
+	return optionFunc(func(c *config) { c.replicas, c.replicaTimeout, c.replicaPolicy = n, timeout, policy })
+}
+
+// WithAutoPipeline turns go-redis's automatic pipelining on or off for
+// acquire, release and extend: concurrent callers' commands are coalesced
+// into pipelines. The default is on (see the README for the measurements).
+// The client owns the auto-pipeliner: Close the client to stop it.
+func WithAutoPipeline(on bool) Option { return optionFunc(func(c *config) { c.autoPipeline = on }) }
+
+// WithStartupCheck bounds the checks New makes (server versions, script
+// preload). 0 skips them. The default is 5 s.
+func WithStartupCheck(timeout time.Duration) Option {
+	return optionFunc(func(c *config) { c.startupCheck = timeout })
+}
+
+// WithTraceID sets a function that reads a trace id from a call's context;
+// log lines then carry it as "trace_id".
+func WithTraceID(f func(context.Context) string) Option {
+	return optionFunc(func(c *config) { c.traceID = f })
+}
+
+func (c *config) validate() error {
+	if err := sharding.ValidatePrefix(c.prefix); err != nil {
+		return invalid("key prefix", "%q must not contain '{' or '}'", c.prefix)
+	}
+	if err := checkTTL(c.ttl); err != nil {
+		return err
+	}
+	if err := validateOwner(c.owner); err != nil {
+		return err
+	}
+	if c.logger == nil {
+		return invalid("logger", "nil")
+	}
+	if c.retry == nil {
+		return invalid("retry", "nil strategy")
+	}
+	if err := checkWait(c.wait); err != nil {
+		return err
+	}
+	if err := checkRenew(c.renewInterval, c.ttl); err != nil {
+		return err
+	}
+	if c.maxHold < 0 {
+		return invalid("max hold", "%v is negative", c.maxHold)
+	}
+	if c.replicas < 0 || (c.replicas > 0 && c.replicaTimeout <= 0) {
+		return invalid("replica ack", "want n >= 0 replicas and a positive timeout, got %d and %v", c.replicas, c.replicaTimeout)
+	}
+	if c.replicas > 0 && c.replicaTimeout >= c.ttl {
+		return invalid("replica ack", "timeout %v must be below the TTL %v", c.replicaTimeout, c.ttl)
+	}
+	if c.replicaPolicy != ReplicaFail && c.replicaPolicy != ReplicaReport {
+		return invalid("replica ack", "unknown policy %d", c.replicaPolicy)
+	}
+	if c.startupCheck < 0 {
+		return invalid("startup check", "%v is negative", c.startupCheck)
+	}
+	return nil
+}
+
+func checkTTL(d time.Duration) error {
+	if d < MinTTL || d > MaxTTL {
+		return invalid("ttl", "%v is outside [%v, %v]", d, MinTTL, MaxTTL)
+	}
+	return nil
+}
+
+func checkWait(d time.Duration) error {
+	if d < 0 || d > MaxWait {
+		return invalid("wait", "%v is outside [0, %v]", d, MaxWait)
+	}
+	return nil
+}
+
+func checkRenew(interval, ttl time.Duration) error {
+	if interval < 0 || (interval > 0 && interval >= ttl) {
+		return invalid("renew interval", "%v must be positive and below the TTL %v", interval, ttl)
+	}
+	return nil
+}
+
+func validateOwner(s string) error {
+	if s == "" || len(s) > MaxOwnerLen || !printable(s) {
+		return invalid("owner", "want 1 to %d bytes of printable UTF-8", MaxOwnerLen)
+	}
+	return nil
+}
+
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// AcquireOption configures one acquire.
+type AcquireOption interface{ applyAcquire(*acquireConfig) }
+
+type acquireConfig struct {
+	ttl      time.Duration
+	wait     time.Duration
+	retry    RetryStrategy
+	fencing  bool
+	maxHold  time.Duration
+	watchdog bool
+	interval time.Duration
+}
+
+type acquireOptionFunc func(*acquireConfig)
+
+func (f acquireOptionFunc) applyAcquire(c *acquireConfig) { f(c) }
+
+// AcquireWithTTL sets this lock's TTL, in [MinTTL, MaxTTL].
+func AcquireWithTTL(d time.Duration) AcquireOption {
+	return acquireOptionFunc(func(c *acquireConfig) { c.ttl = d })
+}
+
+// AcquireWithWait sets how long Acquire may wait, in [0, MaxWait].
+func AcquireWithWait(d time.Duration) AcquireOption {
+	return acquireOptionFunc(func(c *acquireConfig) { c.wait = d })
+}
+
+// AcquireWithRetry sets the retry strategy of this acquire.
+func AcquireWithRetry(s RetryStrategy) AcquireOption {
+	return acquireOptionFunc(func(c *acquireConfig) { c.retry = s })
+}
+
+// AcquireWithFencing takes a fencing token with this lock (see Lock.Fence).
+func AcquireWithFencing() AcquireOption {
+	return acquireOptionFunc(func(c *acquireConfig) { c.fencing = true })
+}
+
+// AcquireWithMaxHold sets this lock's max hold (0: none).
+func AcquireWithMaxHold(d time.Duration) AcquireOption {
+	return acquireOptionFunc(func(c *acquireConfig) { c.maxHold = d })
+}
+
+// AcquireWithWatchdog turns automatic renewal on or off for this lock.
+func AcquireWithWatchdog(on bool) AcquireOption {
+	return acquireOptionFunc(func(c *acquireConfig) { c.watchdog = on })
+}
+
+func (m *Manager) acquireConfig(resource string, opts []AcquireOption) (acquireConfig, string, error) {
+	ac := acquireConfig{
+		ttl: m.cfg.ttl, wait: m.cfg.wait, retry: m.cfg.retry, fencing: m.cfg.fencing,
+		maxHold: m.cfg.maxHold, watchdog: m.cfg.watchdog, interval: m.cfg.renewInterval,
+	}
+	for _, o := range opts {
+		if o != nil {
+			o.applyAcquire(&ac)
+		}
+	}
+	if len(resource) > MaxResourceLen {
+		return ac, "", invalid("resource", "%d bytes, more than %d", len(resource), MaxResourceLen)
+	}
+	key, err := sharding.LockKey(m.cfg.prefix, resource)
+	if err != nil {
+		return ac, "", invalid("resource", "%q: %v", resource, err)
+	}
+	if err := checkTTL(ac.ttl); err != nil {
+		return ac, "", err
+	}
+	if err := checkWait(ac.wait); err != nil {
+		return ac, "", err
+	}
+	if ac.retry == nil {
+		return ac, "", invalid("retry", "nil strategy")
+	}
+	if ac.maxHold < 0 {
+		return ac, "", invalid("max hold", "%v is negative", ac.maxHold)
+	}
+	if err := checkRenew(ac.interval, ac.ttl); err != nil {
+		return ac, "", err
+	}
+	if ac.interval == 0 {
+		ac.interval = ac.ttl / 3
+	}
+	if m.cfg.replicas > 0 && m.cfg.replicaTimeout >= ac.ttl {
+		return ac, "", invalid("ttl", "%v must exceed the replica ack timeout %v", ac.ttl, m.cfg.replicaTimeout)
+	}
+	return ac, key, nil
+}

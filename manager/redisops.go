@@ -1,0 +1,224 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardlock/shardlock/internal/scripts"
+)
+
+// minServer is the oldest Redis shardlock supports: SET ... NX GET needs
+// 6.2, and 7.0 is the oldest release still maintained that has sharded
+// pub/sub and the cluster behaviour we test against.
+const minServer = "7.0.0"
+
+// isReply reports whether err is an error reply from Redis: the server saw
+// the command, so nothing about it is ambiguous.
+func isReply(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re) && !errors.Is(err, redis.Nil)
+}
+
+// isAmbiguous reports whether a command that failed with err may still have
+// run (or may still run later) on the server: a timeout, a dropped
+// connection or a cancelled context after the command was written.
+func isAmbiguous(err error) bool {
+	return err != nil && !isReply(err) && !errors.Is(err, redis.ErrPoolTimeout) &&
+		!errors.Is(err, redis.ErrClosed) && !errors.Is(err, syscall.ECONNREFUSED)
+}
+
+// isTransient reports whether err is worth retrying: a network fault, or a
+// reply that means "not now" (a failover, a migrating slot, a loading node).
+// Context errors are not transient: the caller's context decides.
+func isTransient(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, redis.ErrClosed) {
+		return false
+	}
+	if isReply(err) {
+		msg := err.Error()
+		for _, p := range []string{"TRYAGAIN", "CLUSTERDOWN", "LOADING", "MASTERDOWN", "READONLY", "MOVED", "ASK", "BUSY", "NOSCRIPT"} {
+			if strings.HasPrefix(msg, p) {
+				return true
+			}
+		}
+		return false
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, redis.ErrPoolTimeout)
+}
+
+// retryTransient runs op until it returns nil or an error that is not
+// transient, until deadline (zero: none) or ctx ends, with jittered
+// exponential backoff from 10 ms to 500 ms between tries. On a transient
+// error it asks a cluster client to reload its slot map, so a failover is
+// followed without waiting for a redirect.
+func (m *Manager) retryTransient(ctx context.Context, deadline time.Time, op func(context.Context) error) error {
+	if !deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	var timer *time.Timer
+	for attempt := 1; ; attempt++ {
+		err := op(ctx)
+		if err == nil || !isTransient(err) || ctx.Err() != nil {
+			if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+				err = errors.Join(err, ctx.Err())
+			}
+			return err
+		}
+		m.reloadTopology(ctx)
+		d := transientBackoff(attempt)
+		if timer == nil {
+			timer = time.NewTimer(d)
+			defer timer.Stop()
+		} else {
+			timer.Reset(d)
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-timer.C:
+		}
+	}
+}
+
+func transientBackoff(attempt int) time.Duration {
+	ceil := 500 * time.Millisecond
+	if attempt < 6 {
+		ceil = (10 * time.Millisecond) << (attempt - 1)
+	}
+	return ceil/2 + rand.N(ceil/2+1)
+}
+
+// reloadTopology makes a cluster client re-read the slot map, at most once
+// per 100 ms per manager.
+func (m *Manager) reloadTopology(ctx context.Context) {
+	cc, ok := m.client.(*redis.ClusterClient)
+	if !ok {
+		return
+	}
+	now := time.Now().UnixNano()
+	last := m.lastReload.Load()
+	if now-last < int64(100*time.Millisecond) || !m.lastReload.CompareAndSwap(last, now) {
+		return
+	}
+	cc.ReloadState(ctx)
+}
+
+// nodeFor returns a client of the master that owns key, so that a write and
+// the WAIT after it share one connection (a pipeline on that node).
+func (m *Manager) nodeFor(ctx context.Context, key string) (redis.Cmdable, error) {
+	if cc, ok := m.client.(*redis.ClusterClient); ok {
+		return cc.MasterForKey(ctx, key)
+	}
+	return m.client, nil
+}
+
+// scriptCall is one script invocation in a pipelined batch.
+type scriptCall struct {
+	script *redis.Script
+	keys   []string
+	args   []any
+	cmd    *redis.Cmd
+}
+
+// runBatch sends calls in one pipeline per node (a cluster client splits a
+// pipeline by node and runs the parts concurrently). Calls that meet
+// NOSCRIPT (a failover or SCRIPT FLUSH emptied a node's script cache) are
+// sent once more with EVAL. Each call's result is in its cmd.
+func runBatch(ctx context.Context, c redis.UniversalClient, calls []scriptCall) {
+	pipe := c.Pipeline()
+	for i := range calls {
+		calls[i].cmd = pipe.EvalSha(ctx, calls[i].script.Hash(), calls[i].keys, calls[i].args...)
+	}
+	_, _ = pipe.Exec(ctx)
+	var again []int
+	for i := range calls {
+		if err := calls[i].cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			again = append(again, i)
+		}
+	}
+	if len(again) == 0 {
+		return
+	}
+	pipe = c.Pipeline()
+	for _, i := range again {
+		calls[i].cmd = calls[i].script.Eval(ctx, pipe, calls[i].keys, calls[i].args...)
+	}
+	_, _ = pipe.Exec(ctx)
+}
+
+// startupCheck checks that every master is new enough and preloads the
+// scripts on every master.
+func (m *Manager) startupCheck(ctx context.Context) error {
+	check := func(ctx context.Context, c *redis.Client) error {
+		info, err := c.Info(ctx, "server").Result()
+		if isReply(err) {
+			return nil // a server that does not say its version (an emulator); nothing to check
+		}
+		if err != nil {
+			return err
+		}
+		v := infoField(info, "redis_version")
+		if v != "" && versionLess(v, minServer) {
+			return &ServerVersionError{Addr: c.Options().Addr, Version: v, Need: minServer}
+		}
+		return nil
+	}
+	var err error
+	switch c := m.client.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachMaster(ctx, check)
+	case *redis.Client:
+		err = check(ctx, c)
+	}
+	if err != nil {
+		return err
+	}
+	for _, s := range scripts.All() {
+		if err := s.Load(ctx, m.client).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func infoField(info, name string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(line, name+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// versionLess compares dotted versions numerically.
+func versionLess(a, b string) bool {
+	as, bs := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; i < len(as) || i < len(bs); i++ {
+		var x, y int
+		if i < len(as) {
+			x, _ = strconv.Atoi(as[i])
+		}
+		if i < len(bs) {
+			y, _ = strconv.Atoi(bs[i])
+		}
+		if x != y {
+			return x < y
+		}
+	}
+	return false
+}

@@ -1,0 +1,370 @@
+package manager
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/shardlock/shardlock/internal/scripts"
+)
+
+// maxOrphans bounds the tokens kept for background release.
+const maxOrphans = 10000
+
+// orphan is a token that may hold a key without anyone knowing: an acquire
+// attempt whose reply never came, or a release that could not be
+// confirmed. The scheduler releases it until deadline (when the key's TTL
+// would have run out anyway).
+type orphan struct {
+	key, token string
+	deadline   time.Time
+	next       time.Time
+	tries      int
+}
+
+// scheduler is the Manager's one background goroutine (the watchdog). It
+// keeps every held lock in a heap by the time it must next look at it: to
+// renew it (every TTL/3 by default, pipelined with every other lock due in
+// the same tick), to fire its max hold, or to declare it lost when its
+// validity runs out with no successful renewal. It also releases orphaned
+// tokens.
+type scheduler struct {
+	m *Manager
+
+	mu      sync.Mutex
+	locks   lockHeap
+	orphans []orphan
+	stopped bool
+
+	wake   chan struct{}
+	ctx    context.Context // cancelled by stop: ends the loop and any batch in flight
+	cancel context.CancelFunc
+	exited chan struct{}
+}
+
+func newScheduler(m *Manager) *scheduler {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &scheduler{m: m, wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel, exited: make(chan struct{})}
+	go s.run()
+	return s
+}
+
+func (s *scheduler) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// add starts watching l. It returns false once the scheduler has stopped.
+func (s *scheduler) add(l *Lock) bool {
+	l.mu.Lock()
+	due := l.nextDueLocked()
+	l.mu.Unlock()
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		return false
+	}
+	l.due = due
+	heap.Push(&s.locks, l)
+	first := l.idx == 0
+	s.mu.Unlock()
+	if first {
+		s.poke()
+	}
+	return true
+}
+
+// schedule moves l to due, if the scheduler still watches it or is
+// processing it.
+func (s *scheduler) schedule(l *Lock, due time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped || l.idx < 0 {
+		return
+	}
+	l.due = due
+	heap.Fix(&s.locks, l.idx)
+	if l.idx == 0 {
+		s.poke()
+	}
+}
+
+// remove stops watching l.
+func (s *scheduler) remove(l *Lock) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l.idx >= 0 {
+		heap.Remove(&s.locks, l.idx)
+	}
+}
+
+func (s *scheduler) addOrphan(key, token string, deadline time.Time) {
+	if !time.Now().Before(deadline) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		return // Close has taken the list; nothing will run it again.
+	}
+	if len(s.orphans) >= maxOrphans {
+		s.m.log.Warn("too many orphaned lock tokens; dropping the oldest", zap.String("event", "orphan_dropped"))
+		s.orphans = s.orphans[1:]
+	}
+	s.orphans = append(s.orphans, orphan{key: key, token: token, deadline: deadline, next: time.Now()})
+	s.poke()
+}
+
+// stop ends the goroutine, waits for it, and hands back what it watched.
+func (s *scheduler) stop() ([]*Lock, []orphan) {
+	s.mu.Lock()
+	s.stopped = true
+	s.mu.Unlock()
+	s.cancel()
+	<-s.exited
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	locks := make([]*Lock, len(s.locks))
+	copy(locks, s.locks)
+	for _, l := range locks {
+		l.idx = -1
+	}
+	s.locks = nil
+	orphans := s.orphans
+	s.orphans = nil
+	return locks, orphans
+}
+
+// releaseNow releases a lock acquired after the scheduler stopped.
+func (s *scheduler) releaseNow(l *Lock) {
+	ctx, cancel := context.WithDeadline(context.Background(), l.validUntilNow())
+	defer cancel()
+	_ = l.Release(ctx)
+}
+
+func (s *scheduler) run() {
+	defer close(s.exited)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		now := time.Now()
+		due, orphans, next := s.collect(now)
+		if len(due) > 0 || len(orphans) > 0 {
+			s.process(now, due, orphans)
+			continue
+		}
+		wait := time.Hour
+		if !next.IsZero() {
+			wait = next.Sub(now)
+		}
+		timer.Reset(wait)
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-s.wake:
+		case <-timer.C:
+		}
+	}
+}
+
+// collect pops the locks due now (or within a quarter of their renew
+// interval, so renewals due close together share one pipeline) and the
+// orphans due now, and returns when the next one is due.
+func (s *scheduler) collect(now time.Time) (due []*Lock, orphans []orphan, next time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.locks) > 0 {
+		l := s.locks[0]
+		if l.due.After(now.Add(l.interval / 4)) {
+			next = l.due
+			break
+		}
+		due = append(due, l)
+		heap.Pop(&s.locks)
+		l.idx = -2 // being processed: schedule() may not move it, remove() need not
+	}
+	kept := s.orphans[:0]
+	for _, o := range s.orphans {
+		if !o.next.After(now) {
+			orphans = append(orphans, o)
+			continue
+		}
+		kept = append(kept, o)
+		if next.IsZero() || o.next.Before(next) {
+			next = o.next
+		}
+	}
+	s.orphans = kept
+	return due, orphans, next
+}
+
+type renewal struct {
+	l      *Lock
+	ttl    time.Duration
+	sentAt time.Time
+}
+
+func (s *scheduler) process(now time.Time, due []*Lock, orphans []orphan) {
+	var (
+		renewals []renewal
+		calls    []scriptCall
+		deadline time.Time
+	)
+	for _, l := range due {
+		l.mu.Lock()
+		if l.state != stateHeld {
+			l.mu.Unlock()
+			continue
+		}
+		if !l.maxHoldAt.IsZero() && !l.maxFired && !now.Before(l.maxHoldAt) {
+			l.maxFired = true
+			l.mu.Unlock()
+			l.cancel(ErrMaxHoldExceeded)
+			s.m.log.Warn("lock reached its max hold; no longer renewed", s.m.fields(context.Background(), "max_hold", l)...)
+			l.mu.Lock()
+		}
+		if !now.Before(l.validUntil) {
+			l.mu.Unlock()
+			cause := errors.New("validity ran out with no successful renewal")
+			if l.maxFired {
+				cause = ErrMaxHoldExceeded
+			}
+			l.markLost(cause)
+			continue
+		}
+		if l.watchdog && !l.maxFired && !now.Add(l.interval/4).Before(l.nextRenew) {
+			r := renewal{l: l, ttl: l.ttl, sentAt: time.Now()}
+			if deadline.IsZero() || l.validUntil.Before(deadline) {
+				deadline = l.validUntil
+			}
+			l.mu.Unlock()
+			renewals = append(renewals, r)
+			calls = append(calls, scriptCall{script: scripts.Extend, keys: []string{l.key},
+				args: []any{l.token, strconv.FormatInt(r.ttl.Milliseconds(), 10)}})
+			continue
+		}
+		d := l.nextDueLocked()
+		l.mu.Unlock()
+		s.reinsert(l, d)
+	}
+	for _, o := range orphans {
+		calls = append(calls, scriptCall{script: scripts.Release, keys: []string{o.key}, args: []any{o.token}})
+		if deadline.IsZero() || o.deadline.Before(deadline) {
+			deadline = o.deadline
+		}
+	}
+	if len(calls) == 0 {
+		return
+	}
+	// One pipeline per node; bounded by the earliest validity in the batch,
+	// and by Close.
+	ctx, cancel := context.WithDeadline(s.ctx, deadline)
+	runBatch(ctx, s.m.renew, calls)
+	cancel()
+
+	for i, r := range renewals {
+		s.renewResult(r, calls[i])
+	}
+	for i, o := range orphans {
+		s.orphanResult(o, calls[len(renewals)+i])
+	}
+}
+
+func (s *scheduler) renewResult(r renewal, c scriptCall) {
+	l := r.l
+	res, err := c.cmd.Int64()
+	switch {
+	case err == nil && res == 1:
+		l.renewed(r.sentAt, r.ttl) // reschedules (idx is -2: reinsert below)
+	case err == nil && res == 0:
+		l.markLost(ErrExpired)
+		return
+	case err == nil:
+		l.markLost(ErrNotHeld)
+		return
+	default:
+		// Transient or unknown: try again soon, while the lock is still valid.
+		l.mu.Lock()
+		retry := time.Now().Add(min(l.interval/4, 250*time.Millisecond))
+		if retry.After(l.validUntil) {
+			retry = l.validUntil
+		}
+		l.nextRenew = retry
+		l.mu.Unlock()
+		s.m.log.Warn("lock renewal failed; retrying", s.m.fields(context.Background(), "renew_failed", l, zap.Error(err))...)
+	}
+	l.mu.Lock()
+	held := l.state == stateHeld
+	d := l.nextDueLocked()
+	l.mu.Unlock()
+	if held {
+		s.reinsert(l, d)
+	}
+}
+
+// reinsert puts a lock taken out by collect back into the heap, unless it
+// was released or lost meanwhile or the scheduler stopped.
+func (s *scheduler) reinsert(l *Lock, due time.Time) {
+	l.mu.Lock()
+	held := l.state == stateHeld
+	l.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l.idx >= 0 || !held {
+		if l.idx == -2 {
+			l.idx = -1
+		}
+		return
+	}
+	l.due = due
+	heap.Push(&s.locks, l)
+}
+
+func (s *scheduler) orphanResult(o orphan, c scriptCall) {
+	res, err := c.cmd.Int64()
+	if err == nil && res == 1 {
+		return // released
+	}
+	// Gone or someone else's: the delayed attempt may still land, so look
+	// again until the deadline, backing off.
+	o.tries++
+	o.next = time.Now().Add(transientBackoff(o.tries + 2))
+	if !o.next.Before(o.deadline) {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.orphans = append(s.orphans, o) // after stop, Close releases what is left
+}
+
+// lockHeap orders locks by due time.
+type lockHeap []*Lock
+
+func (h lockHeap) Len() int           { return len(h) }
+func (h lockHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h lockHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].idx = i
+	h[j].idx = j
+}
+func (h *lockHeap) Push(x any) {
+	l := x.(*Lock)
+	l.idx = len(*h)
+	*h = append(*h, l)
+}
+func (h *lockHeap) Pop() any {
+	old := *h
+	n := len(old)
+	l := old[n-1]
+	old[n-1] = nil
+	l.idx = -1
+	*h = old[:n-1]
+	return l
+}
