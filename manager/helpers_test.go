@@ -2,6 +2,7 @@ package manager_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,5 +58,58 @@ func waitDone(t testing.TB, l *manager.Lock, limit time.Duration) {
 	case <-l.Done():
 	case <-time.After(limit):
 		t.Fatalf("Done did not close within %v", limit)
+	}
+}
+
+// timeoutErr looks like a network read timeout: the command may have run.
+type timeoutErr struct{}
+
+func (timeoutErr) Error() string   { return "i/o timeout (injected)" }
+func (timeoutErr) Timeout() bool   { return true }
+func (timeoutErr) Temporary() bool { return true }
+
+// faultHook injects faults into the first n commands whose name is cmd.
+// lostReply runs the command and then reports a timeout (the reply was
+// lost); otherwise the command is not sent and a timeout is reported.
+type faultHook struct {
+	cmd       string
+	lostReply bool
+	n         atomic.Int64
+	seen      atomic.Int64 // commands of any name processed
+}
+
+func (h *faultHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *faultHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.seen.Add(1)
+		if cmd.Name() == h.cmd && h.n.Add(-1) >= 0 {
+			if h.lostReply {
+				_ = next(ctx, cmd)
+			}
+			cmd.SetErr(timeoutErr{})
+			return cmd.Err()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *faultHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.seen.Add(int64(len(cmds)))
+		return next(ctx, cmds)
+	}
+}
+
+// eventually polls cond every 10 ms until it holds or limit passes. It is
+// for server-side state that has no signal (a key expiring).
+func eventually(t testing.TB, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, limit)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

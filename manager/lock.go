@@ -52,8 +52,9 @@ type Lock struct {
 	replicas      int
 
 	// Owned by the scheduler, under its mutex.
-	due time.Time
-	idx int
+	due   time.Time
+	slack time.Duration // how early a renewal may go, to share a pipeline
+	idx   int
 }
 
 // drift is the safety margin taken off a TTL for the difference between the
@@ -201,13 +202,13 @@ func (l *Lock) markLost(cause error) bool {
 	err := l.err
 	l.mu.Unlock()
 	l.m.sched.remove(l)
-	l.cancel(err)
-	close(l.done)
 	if errors.Is(cause, ErrMaxHoldExceeded) {
 		l.m.log.Warn("lock expired after max hold", l.m.fields(context.Background(), "lost", l, zap.Error(err))...)
 	} else {
 		l.m.log.Error("lock lost", l.m.fields(context.Background(), "lost", l, zap.Error(err))...)
 	}
+	l.cancel(err)
+	close(l.done)
 	return true
 }
 
@@ -421,9 +422,9 @@ func (l *Lock) renewed(sentAt time.Time, ttl time.Duration) {
 	}
 	l.validUntil = sentAt.Add(ttl - drift(ttl))
 	l.nextRenew = sentAt.Add(l.interval)
-	due := l.nextDueLocked()
+	due, slack := l.nextDueLocked(), l.interval/4
 	l.mu.Unlock()
-	l.m.sched.schedule(l, due)
+	l.m.sched.schedule(l, due, slack)
 }
 
 // nextDueLocked returns when the scheduler must look at the lock next.

@@ -64,14 +64,14 @@ func (s *scheduler) poke() {
 // add starts watching l. It returns false once the scheduler has stopped.
 func (s *scheduler) add(l *Lock) bool {
 	l.mu.Lock()
-	due := l.nextDueLocked()
+	due, slack := l.nextDueLocked(), l.interval/4
 	l.mu.Unlock()
 	s.mu.Lock()
 	if s.stopped {
 		s.mu.Unlock()
 		return false
 	}
-	l.due = due
+	l.due, l.slack = due, slack
 	heap.Push(&s.locks, l)
 	first := l.idx == 0
 	s.mu.Unlock()
@@ -83,13 +83,13 @@ func (s *scheduler) add(l *Lock) bool {
 
 // schedule moves l to due, if the scheduler still watches it or is
 // processing it.
-func (s *scheduler) schedule(l *Lock, due time.Time) {
+func (s *scheduler) schedule(l *Lock, due time.Time, slack time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped || l.idx < 0 {
 		return
 	}
-	l.due = due
+	l.due, l.slack = due, slack
 	heap.Fix(&s.locks, l.idx)
 	if l.idx == 0 {
 		s.poke()
@@ -182,7 +182,7 @@ func (s *scheduler) collect(now time.Time) (due []*Lock, orphans []orphan, next 
 	defer s.mu.Unlock()
 	for len(s.locks) > 0 {
 		l := s.locks[0]
-		if l.due.After(now.Add(l.interval / 4)) {
+		if l.due.After(now.Add(l.slack)) {
 			next = l.due
 			break
 		}
@@ -250,9 +250,9 @@ func (s *scheduler) process(now time.Time, due []*Lock, orphans []orphan) {
 				args: []any{l.token, strconv.FormatInt(r.ttl.Milliseconds(), 10)}})
 			continue
 		}
-		d := l.nextDueLocked()
+		d, slack := l.nextDueLocked(), l.interval/4
 		l.mu.Unlock()
-		s.reinsert(l, d)
+		s.reinsert(l, d, slack)
 	}
 	for _, o := range orphans {
 		calls = append(calls, scriptCall{script: scripts.Release, keys: []string{o.key}, args: []any{o.token}})
@@ -302,16 +302,16 @@ func (s *scheduler) renewResult(r renewal, c scriptCall) {
 	}
 	l.mu.Lock()
 	held := l.state == stateHeld
-	d := l.nextDueLocked()
+	d, slack := l.nextDueLocked(), l.interval/4
 	l.mu.Unlock()
 	if held {
-		s.reinsert(l, d)
+		s.reinsert(l, d, slack)
 	}
 }
 
 // reinsert puts a lock taken out by collect back into the heap, unless it
 // was released or lost meanwhile or the scheduler stopped.
-func (s *scheduler) reinsert(l *Lock, due time.Time) {
+func (s *scheduler) reinsert(l *Lock, due time.Time, slack time.Duration) {
 	l.mu.Lock()
 	held := l.state == stateHeld
 	l.mu.Unlock()
@@ -323,7 +323,7 @@ func (s *scheduler) reinsert(l *Lock, due time.Time) {
 		}
 		return
 	}
-	l.due = due
+	l.due, l.slack = due, slack
 	heap.Push(&s.locks, l)
 }
 

@@ -1,0 +1,93 @@
+package manager
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestTokenRoundTrip(t *testing.T) {
+	now := time.UnixMilli(1796000000123)
+	tok := newToken("host.example:42", now)
+	info, err := ParseToken(tok)
+	if err != nil {
+		t.Fatalf("ParseToken(%q): %v", tok, err)
+	}
+	if info.Version != TokenVersion || !info.AcquiredAt.Equal(now) || info.Owner != "host.example:42" {
+		t.Fatalf("ParseToken = %+v", info)
+	}
+	if other := newToken("host.example:42", now); other == tok {
+		t.Fatal("two tokens with the same owner and time are equal")
+	}
+}
+
+func TestParseTokenRejects(t *testing.T) {
+	good := newToken("o", time.UnixMilli(1))
+	parts := strings.SplitN(good, ".", 4)
+	tests := []string{
+		"", "sl1", "sl1.1.x.o", "sl2." + strings.Join(parts[1:], "."),
+		"sl1.-5." + parts[2] + ".o", "sl1.abc." + parts[2] + ".o",
+		"sl1.1." + strings.Repeat("!", randomChars) + ".o",
+		"sl1.1." + parts[2] + "x.o",
+	}
+	for _, give := range tests {
+		if _, err := ParseToken(give); !errors.Is(err, ErrBadToken) {
+			t.Errorf("ParseToken(%q) = %v, want ErrBadToken", give, err)
+		}
+	}
+}
+
+func TestRedactTokenHidesRandom(t *testing.T) {
+	tok := newToken("me", time.Now())
+	random := strings.SplitN(tok, ".", 4)[2]
+	red := redactToken(tok)
+	if strings.Contains(red, random) || strings.Contains(red, random[4:]) {
+		t.Fatalf("redacted %q still holds the random part", red)
+	}
+	if !strings.HasPrefix(red, "sl1.") || !strings.HasSuffix(red, ".me") {
+		t.Fatalf("redacted %q lost the non-secret parts", red)
+	}
+}
+
+func TestRetryStrategies(t *testing.T) {
+	for attempt := 1; attempt < 100; attempt++ {
+		if d := NoRetry().NextBackoff(attempt); d >= 0 {
+			t.Fatalf("NoRetry retries: %v", d)
+		}
+		if d := LinearBackoff(10 * time.Millisecond).NextBackoff(attempt); d < 10*time.Millisecond || d > 15*time.Millisecond {
+			t.Fatalf("LinearBackoff(10ms) = %v", d)
+		}
+		ceil := min(time.Second, 50*time.Millisecond<<min(attempt-1, 30))
+		if d := ExponentialBackoff(50*time.Millisecond, time.Second).NextBackoff(attempt); d < 0 || d > ceil {
+			t.Fatalf("ExponentialBackoff attempt %d = %v, want [0, %v]", attempt, d, ceil)
+		}
+		d := LimitRetry(LinearBackoff(time.Millisecond), 5).NextBackoff(attempt)
+		if (attempt >= 5) != (d < 0) {
+			t.Fatalf("LimitRetry(5) attempt %d = %v", attempt, d)
+		}
+	}
+	// Full jitter spreads: 1000 draws at the cap are not all equal.
+	seen := map[time.Duration]bool{}
+	for range 1000 {
+		seen[ExponentialBackoff(50*time.Millisecond, time.Second).NextBackoff(10)] = true
+	}
+	if len(seen) < 100 {
+		t.Fatalf("ExponentialBackoff drew only %d distinct waits", len(seen))
+	}
+}
+
+func TestVersionLess(t *testing.T) {
+	tests := []struct {
+		a, b string
+		want bool
+	}{
+		{"6.2.14", "7.0.0", true}, {"7.0.15", "7.0.0", false}, {"7.0.0", "7.0.0", false},
+		{"10.0.0", "7.0.0", false}, {"7", "7.0.1", true},
+	}
+	for _, tt := range tests {
+		if got := versionLess(tt.a, tt.b); got != tt.want {
+			t.Errorf("versionLess(%q, %q) = %v", tt.a, tt.b, got)
+		}
+	}
+}
