@@ -31,28 +31,32 @@ type Lock struct {
 	token      string
 	fence      uint64
 	acquiredAt time.Time
+	keys       [1]string // {key}, for script calls without allocating a slice
+
+	mu sync.Mutex
+	// ctx and done are made on first use: most holders never ask for them.
 	ctx        context.Context
 	cancel     context.CancelCauseFunc
+	cause      error // why ctx is (or is to be) cancelled; nil while it lives
 	done       chan struct{}
-
-	mu            sync.Mutex
-	ttl           time.Duration
-	interval      time.Duration
+	ttl        time.Duration
+	interval   time.Duration
+	lastSent   mono // send time of the last successful write of the key's TTL
+	validUntil mono // by this process's monotonic clock
+	nextRenew  mono
+	maxHoldAt  mono // zero: no max hold
+	err        error
+	releaseErr error
+	replicas   int
+	state      uint8
+	finished   bool // Done is (or is to be) closed
+	maxFired   bool
+	watchdog   bool
+	// fixedInterval: the renew interval was set explicitly, not TTL/3.
 	fixedInterval bool
-	lastSent      time.Time // send time of the last successful write of the key's TTL
-	validUntil    time.Time // by this process's monotonic clock
-	nextRenew     time.Time
-	maxHoldAt     time.Time // zero: no max hold
-	maxFired      bool
-	watchdog      bool
-	state         int
-	err           error
-	releaseDone   chan struct{}
-	releaseErr    error
-	replicas      int
 
 	// Owned by the scheduler, under its mutex.
-	due   time.Time
+	due   mono
 	slack time.Duration // how early a renewal may go, to share a pipeline
 	idx   int
 }
@@ -62,16 +66,15 @@ type Lock struct {
 func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
 
 func (m *Manager) newLock(resource, key, token string, fence uint64, acquiredAt, validFrom time.Time, ac *acquireConfig) *Lock {
-	ctx, cancel := context.WithCancelCause(context.Background())
 	l := &Lock{
 		m: m, resource: resource, key: key, token: token, fence: fence, acquiredAt: acquiredAt,
-		ctx: ctx, cancel: cancel, done: make(chan struct{}),
-		ttl: ac.ttl, interval: ac.interval, fixedInterval: m.cfg.renewInterval > 0,
-		lastSent: validFrom, validUntil: validFrom.Add(ac.ttl - drift(ac.ttl)),
-		nextRenew: validFrom.Add(ac.interval), watchdog: ac.watchdog, idx: -1,
+		keys: [1]string{key},
+		ttl:  ac.ttl, interval: ac.interval, fixedInterval: m.cfg.renewInterval > 0,
+		lastSent: monoOf(validFrom), validUntil: monoOf(validFrom).Add(ac.ttl - drift(ac.ttl)),
+		nextRenew: monoOf(validFrom).Add(ac.interval), watchdog: ac.watchdog, idx: -1,
 	}
 	if ac.maxHold > 0 {
-		l.maxHoldAt = acquiredAt.Add(ac.maxHold)
+		l.maxHoldAt = monoOf(acquiredAt).Add(ac.maxHold)
 	}
 	return l
 }
@@ -135,6 +138,14 @@ func (l *Lock) Done() <-chan struct{} {
 	if l == nil {
 		return closedChan
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.done == nil {
+		if l.finished {
+			return closedChan
+		}
+		l.done = make(chan struct{})
+	}
 	return l.done
 }
 
@@ -150,7 +161,32 @@ func (l *Lock) Context() context.Context {
 		cancel(ErrNilLock)
 		return ctx
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ctx == nil {
+		l.ctx, l.cancel = context.WithCancelCause(context.Background())
+		if l.cause != nil {
+			l.cancel(l.cause)
+		}
+	}
 	return l.ctx
+}
+
+// endLocked cancels the Context with cause (unless already cancelled) and,
+// when finish is set, closes Done. l.mu must be held.
+func (l *Lock) endLocked(cause error, finish bool) {
+	if l.cause == nil {
+		l.cause = cause
+		if l.cancel != nil {
+			l.cancel(cause)
+		}
+	}
+	if finish && !l.finished {
+		l.finished = true
+		if l.done != nil {
+			close(l.done)
+		}
+	}
 }
 
 // Err returns why Done closed: nil while the lock is held and after a clean
@@ -175,7 +211,7 @@ func (l *Lock) ttlNow() time.Duration {
 func (l *Lock) validUntilNow() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.validUntil
+	return l.validUntil.Time()
 }
 
 // heldErr returns nil while the lock is held, else why not.
@@ -201,14 +237,17 @@ func (l *Lock) markLost(cause error) bool {
 	l.err = errors.Join(ErrLockLost, cause)
 	err := l.err
 	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.endLocked(err, true)
+		l.mu.Unlock()
+	}()
 	l.m.sched.remove(l)
 	if errors.Is(cause, ErrMaxHoldExceeded) {
 		l.m.log.Warn("lock expired after max hold", l.m.fields(context.Background(), "lost", l, zap.Error(err))...)
 	} else {
 		l.m.log.Error("lock lost", l.m.fields(context.Background(), "lost", l, zap.Error(err))...)
 	}
-	l.cancel(err)
-	close(l.done)
 	return true
 }
 
@@ -220,7 +259,6 @@ func (l *Lock) beginRelease() bool {
 		return false
 	}
 	l.state = stateReleasing
-	l.releaseDone = make(chan struct{})
 	return true
 }
 
@@ -236,11 +274,8 @@ func (l *Lock) finishRelease(result error) {
 			l.err = result
 		}
 	}
-	done := l.releaseDone
+	l.endLocked(ErrReleased, true)
 	l.mu.Unlock()
-	close(done)
-	l.cancel(ErrReleased)
-	close(l.done)
 }
 
 // Release gives the lock up with one compare-and-delete. It returns nil when
@@ -266,10 +301,9 @@ func (l *Lock) Release(ctx context.Context) error {
 		l.mu.Unlock()
 		return err
 	case stateReleasing, stateReleased:
-		ch := l.releaseDone
 		l.mu.Unlock()
 		select {
-		case <-ch:
+		case <-l.Done(): // closes when the first Release finishes
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -278,19 +312,20 @@ func (l *Lock) Release(ctx context.Context) error {
 		return l.releaseErr
 	}
 	l.state = stateReleasing
-	l.releaseDone = make(chan struct{})
-	validUntil := l.validUntil
+	validUntil := l.validUntil.Time()
 	l.mu.Unlock()
 	m.sched.remove(l)
 
 	var (
 		result    error
 		ambiguous bool
-		keys      = []string{l.key}
 	)
 	err := m.retryTransient(ctx, validUntil, func(ctx context.Context) error {
-		sentAt := time.Now()
-		r, err := scripts.Release.Run(ctx, m.cmd, keys, l.token).Int64()
+		var sentAt time.Time
+		if ambiguous { // the clock is read only when a retry needs it
+			sentAt = time.Now()
+		}
+		r, err := scripts.Release.Run(ctx, m.cmd, l.keys[:], l.token).Int64()
 		if err != nil {
 			ambiguous = ambiguous || isAmbiguous(err)
 			return err
@@ -340,7 +375,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		l.mu.Unlock()
 		return err
 	}
-	validUntil := l.validUntil
+	validUntil := l.validUntil.Time()
 	l.mu.Unlock()
 	if m.cfg.replicas > 0 && m.cfg.replicaTimeout >= ttl {
 		return invalid("ttl", "%v must exceed the replica ack timeout %v", ttl, m.cfg.replicaTimeout)
@@ -358,7 +393,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		if m.cfg.replicas > 0 {
 			r, replicas, err = m.extendWait(ctx, l.key, l.token, ttlMs)
 		} else {
-			r, err = scripts.Extend.Run(ctx, m.cmd, []string{l.key}, l.token, ttlMs).Int64()
+			r, err = scripts.Extend.Run(ctx, m.cmd, l.keys[:], l.token, ttlMs).Int64()
 		}
 		return err
 	})
@@ -409,7 +444,8 @@ func (m *Manager) extendWait(ctx context.Context, key, token, ttlMs string) (int
 // renewed records a successful write of the key's TTL (ttl, sent at
 // sentAt) and reschedules the lock. An older write than one already
 // recorded changes nothing.
-func (l *Lock) renewed(sentAt time.Time, ttl time.Duration) {
+func (l *Lock) renewed(sentAtTime time.Time, ttl time.Duration) {
+	sentAt := monoOf(sentAtTime)
 	l.mu.Lock()
 	if l.state != stateHeld || sentAt.Before(l.lastSent) {
 		l.mu.Unlock()
@@ -428,7 +464,7 @@ func (l *Lock) renewed(sentAt time.Time, ttl time.Duration) {
 }
 
 // nextDueLocked returns when the scheduler must look at the lock next.
-func (l *Lock) nextDueLocked() time.Time {
+func (l *Lock) nextDueLocked() mono {
 	due := l.validUntil
 	if l.watchdog && !l.maxFired && l.nextRenew.Before(due) {
 		due = l.nextRenew
@@ -455,7 +491,7 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	ms, err := scripts.PTTL.Run(ctx, l.m.cmd, []string{l.key}, l.token).Int64()
+	ms, err := scripts.PTTL.Run(ctx, l.m.cmd, l.keys[:], l.token).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("shardlock: ttl: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -16,8 +17,8 @@ import (
 
 // Bounds on input, checked before any round trip.
 const (
-	MaxResourceLen = 1024           // bytes
-	MaxOwnerLen    = 256            // bytes
+	MaxResourceLen = 1024 // bytes
+	MaxOwnerLen    = 256  // bytes
 	MinTTL         = 10 * time.Millisecond
 	MaxTTL         = 24 * time.Hour
 	MaxWait        = 24 * time.Hour // the longest wait limit Acquire accepts
@@ -250,6 +251,7 @@ type acquireConfig struct {
 	maxHold  time.Duration
 	watchdog bool
 	interval time.Duration
+	ttlMs    string // ttl in milliseconds, formatted once
 }
 
 type acquireOptionFunc func(*acquireConfig)
@@ -291,10 +293,17 @@ func (m *Manager) acquireConfig(resource string, opts []AcquireOption) (acquireC
 		ttl: m.cfg.ttl, wait: m.cfg.wait, retry: m.cfg.retry, fencing: m.cfg.fencing,
 		maxHold: m.cfg.maxHold, watchdog: m.cfg.watchdog, interval: m.cfg.renewInterval,
 	}
-	for _, o := range opts {
-		if o != nil {
-			o.applyAcquire(&ac)
+	if len(opts) > 0 {
+		// Options apply to a heap copy, so the common call without options
+		// keeps ac on the stack.
+		p := new(acquireConfig)
+		*p = ac
+		for _, o := range opts {
+			if o != nil {
+				o.applyAcquire(p)
+			}
 		}
+		ac = *p
 	}
 	if len(resource) > MaxResourceLen {
 		return ac, "", invalid("resource", "%d bytes, more than %d", len(resource), MaxResourceLen)
@@ -320,6 +329,11 @@ func (m *Manager) acquireConfig(resource string, opts []AcquireOption) (acquireC
 	}
 	if ac.interval == 0 {
 		ac.interval = ac.ttl / 3
+	}
+	if ac.ttl == m.cfg.ttl {
+		ac.ttlMs = m.ttlMs
+	} else {
+		ac.ttlMs = strconv.FormatInt(ac.ttl.Milliseconds(), 10)
 	}
 	if m.cfg.replicas > 0 && m.cfg.replicaTimeout >= ac.ttl {
 		return ac, "", invalid("ttl", "%v must exceed the replica ack timeout %v", ac.ttl, m.cfg.replicaTimeout)

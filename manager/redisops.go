@@ -65,34 +65,41 @@ func isTransient(err error) bool {
 // error it asks a cluster client to reload its slot map, so a failover is
 // followed without waiting for a redirect.
 func (m *Manager) retryTransient(ctx context.Context, deadline time.Time, op func(context.Context) error) error {
+	err := op(ctx)
+	if err == nil || !isTransient(err) || ctx.Err() != nil {
+		return withCtxErr(ctx, err)
+	}
+	// The retry loop and its deadline are set up only when needed: the
+	// first try is the hot path.
 	if !deadline.IsZero() {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
-	var timer *time.Timer
+	timer := time.NewTimer(0)
+	<-timer.C
+	defer timer.Stop()
 	for attempt := 1; ; attempt++ {
-		err := op(ctx)
-		if err == nil || !isTransient(err) || ctx.Err() != nil {
-			if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
-				err = errors.Join(err, ctx.Err())
-			}
-			return err
-		}
 		m.reloadTopology(ctx)
-		d := transientBackoff(attempt)
-		if timer == nil {
-			timer = time.NewTimer(d)
-			defer timer.Stop()
-		} else {
-			timer.Reset(d)
-		}
+		timer.Reset(transientBackoff(attempt))
 		select {
 		case <-ctx.Done():
 			return errors.Join(err, ctx.Err())
 		case <-timer.C:
 		}
+		err = op(ctx)
+		if err == nil || !isTransient(err) || ctx.Err() != nil {
+			return withCtxErr(ctx, err)
+		}
 	}
+}
+
+// withCtxErr joins ctx's error to err when ctx has ended and err does not say so.
+func withCtxErr(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+		return errors.Join(err, ctx.Err())
+	}
+	return err
 }
 
 func transientBackoff(attempt int) time.Duration {

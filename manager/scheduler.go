@@ -40,6 +40,9 @@ type scheduler struct {
 	locks   lockHeap
 	orphans []orphan
 	stopped bool
+	// sleepUntil is when the loop will next wake by itself; an earlier due
+	// time must wake it (poke), a later one need not.
+	sleepUntil mono
 
 	wake   chan struct{}
 	ctx    context.Context // cancelled by stop: ends the loop and any batch in flight
@@ -73,9 +76,9 @@ func (s *scheduler) add(l *Lock) bool {
 	}
 	l.due, l.slack = due, slack
 	heap.Push(&s.locks, l)
-	first := l.idx == 0
+	early := due.Before(s.sleepUntil)
 	s.mu.Unlock()
-	if first {
+	if early {
 		s.poke()
 	}
 	return true
@@ -83,7 +86,7 @@ func (s *scheduler) add(l *Lock) bool {
 
 // schedule moves l to due, if the scheduler still watches it or is
 // processing it.
-func (s *scheduler) schedule(l *Lock, due time.Time, slack time.Duration) {
+func (s *scheduler) schedule(l *Lock, due mono, slack time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped || l.idx < 0 {
@@ -91,7 +94,7 @@ func (s *scheduler) schedule(l *Lock, due time.Time, slack time.Duration) {
 	}
 	l.due, l.slack = due, slack
 	heap.Fix(&s.locks, l.idx)
-	if l.idx == 0 {
+	if due.Before(s.sleepUntil) {
 		s.poke()
 	}
 }
@@ -182,8 +185,8 @@ func (s *scheduler) collect(now time.Time) (due []*Lock, orphans []orphan, next 
 	defer s.mu.Unlock()
 	for len(s.locks) > 0 {
 		l := s.locks[0]
-		if l.due.After(now.Add(l.slack)) {
-			next = l.due
+		if l.due.After(monoOf(now).Add(l.slack)) {
+			next = l.due.Time()
 			break
 		}
 		due = append(due, l)
@@ -202,6 +205,14 @@ func (s *scheduler) collect(now time.Time) (due []*Lock, orphans []orphan, next 
 		}
 	}
 	s.orphans = kept
+	switch {
+	case len(due) > 0 || len(orphans) > 0:
+		s.sleepUntil = 0 // awake: collect runs again before sleeping
+	case next.IsZero():
+		s.sleepUntil = monoOf(now).Add(time.Hour)
+	default:
+		s.sleepUntil = monoOf(next)
+	}
 	return due, orphans, next
 }
 
@@ -211,7 +222,8 @@ type renewal struct {
 	sentAt time.Time
 }
 
-func (s *scheduler) process(now time.Time, due []*Lock, orphans []orphan) {
+func (s *scheduler) process(nowTime time.Time, due []*Lock, orphans []orphan) {
+	now := monoOf(nowTime)
 	var (
 		renewals []renewal
 		calls    []scriptCall
@@ -225,8 +237,8 @@ func (s *scheduler) process(now time.Time, due []*Lock, orphans []orphan) {
 		}
 		if !l.maxHoldAt.IsZero() && !l.maxFired && !now.Before(l.maxHoldAt) {
 			l.maxFired = true
+			l.endLocked(ErrMaxHoldExceeded, false)
 			l.mu.Unlock()
-			l.cancel(ErrMaxHoldExceeded)
 			s.m.log.Warn("lock reached its max hold; no longer renewed", s.m.fields(context.Background(), "max_hold", l)...)
 			l.mu.Lock()
 		}
@@ -241,12 +253,12 @@ func (s *scheduler) process(now time.Time, due []*Lock, orphans []orphan) {
 		}
 		if l.watchdog && !l.maxFired && !now.Add(l.interval/4).Before(l.nextRenew) {
 			r := renewal{l: l, ttl: l.ttl, sentAt: time.Now()}
-			if deadline.IsZero() || l.validUntil.Before(deadline) {
-				deadline = l.validUntil
+			if deadline.IsZero() || l.validUntil.Time().Before(deadline) {
+				deadline = l.validUntil.Time()
 			}
 			l.mu.Unlock()
 			renewals = append(renewals, r)
-			calls = append(calls, scriptCall{script: scripts.Extend, keys: []string{l.key},
+			calls = append(calls, scriptCall{script: scripts.Extend, keys: l.keys[:],
 				args: []any{l.token, strconv.FormatInt(r.ttl.Milliseconds(), 10)}})
 			continue
 		}
@@ -292,7 +304,7 @@ func (s *scheduler) renewResult(r renewal, c scriptCall) {
 	default:
 		// Transient or unknown: try again soon, while the lock is still valid.
 		l.mu.Lock()
-		retry := time.Now().Add(min(l.interval/4, 250*time.Millisecond))
+		retry := monoNow().Add(min(l.interval/4, 250*time.Millisecond))
 		if retry.After(l.validUntil) {
 			retry = l.validUntil
 		}
@@ -311,7 +323,7 @@ func (s *scheduler) renewResult(r renewal, c scriptCall) {
 
 // reinsert puts a lock taken out by collect back into the heap, unless it
 // was released or lost meanwhile or the scheduler stopped.
-func (s *scheduler) reinsert(l *Lock, due time.Time, slack time.Duration) {
+func (s *scheduler) reinsert(l *Lock, due mono, slack time.Duration) {
 	l.mu.Lock()
 	held := l.state == stateHeld
 	l.mu.Unlock()
@@ -348,7 +360,7 @@ func (s *scheduler) orphanResult(o orphan, c scriptCall) {
 type lockHeap []*Lock
 
 func (h lockHeap) Len() int           { return len(h) }
-func (h lockHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h lockHeap) Less(i, j int) bool { return h[i].due < h[j].due }
 func (h lockHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].idx = i
