@@ -3,6 +3,7 @@ package manager
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Sentinel errors. Match them with errors.Is.
@@ -83,3 +84,15 @@ func (e *ServerVersionError) Error() string {
 
 // Unwrap returns ErrUnsupportedServer.
 func (e *ServerVersionError) Unwrap() error { return ErrUnsupportedServer }
+
+// lostError is the error of a lost lock: it matches ErrLockLost and its cause.
+type lostError struct{ cause error }
+
+func lost(cause error) error { return &lostError{cause: cause} }
+
+func (e *lostError) Error() string {
+	return "shardlock: lock lost: " + strings.TrimPrefix(e.cause.Error(), "shardlock: ")
+}
+
+// Unwrap returns ErrLockLost and the cause.
+func (e *lostError) Unwrap() []error { return []error{ErrLockLost, e.cause} }

@@ -234,7 +234,7 @@ func (l *Lock) markLost(cause error) bool {
 		return false
 	}
 	l.state = stateLost
-	l.err = errors.Join(ErrLockLost, cause)
+	l.err = lost(cause)
 	err := l.err
 	l.mu.Unlock()
 	defer func() {
@@ -269,7 +269,7 @@ func (l *Lock) finishRelease(result error) {
 	l.releaseErr = result
 	if result != nil {
 		if errors.Is(result, ErrNotHeld) || errors.Is(result, ErrExpired) {
-			l.err = errors.Join(ErrLockLost, result)
+			l.err = lost(result)
 		} else {
 			l.err = result
 		}

@@ -1,0 +1,63 @@
+// Package manager is shardlock's lock engine: distributed locks on Redis
+// (standalone, Sentinel-managed or Cluster) through go-redis.
+//
+// A [Manager] hands out [Lock] values:
+//
+//	m, err := manager.New(client)          // *redis.Client or *redis.ClusterClient
+//	lock, err := m.Acquire(ctx, "order:123") // waits, with jittered backoff
+//	defer lock.Release(ctx)
+//	doWork(lock.Context())                   // cancelled if the lock is lost
+//
+// or, in one call, [Manager.Do].
+//
+// # Keys and tokens
+//
+// The lock on "order:123" is the key "shardlock:{order:123}" (see package
+// sharding): its hash tag keeps every helper key of the lock in its slot. Its
+// value is a token, "sl1.<unix-ms>.<128 random bits>.<owner>" (see
+// [ParseToken]); whoever knows a token can release the lock, so shardlock
+// never logs one whole and never uses one as a metric label.
+//
+// # Acquire, release, extend
+//
+// Acquire is one SET key token NX PX ttl GET: the GET makes a re-sent
+// attempt (go-redis re-sends on a read timeout) find its own token and hold
+// the lock instead of reporting contention. With fencing it is one Lua script
+// that also INCRs a counter in the lock's slot. An attempt whose reply never
+// came may still run on the server later; its token is released in the
+// background until its TTL would have ended, so a timeout never strands a
+// key. Release is a Lua compare-and-delete and Extend a compare-and-pexpire;
+// both say why they did not act ([ErrNotHeld], [ErrExpired]) and retry
+// transient errors (failover, TRYAGAIN, CLUSTERDOWN, timeouts) within the
+// caller's context.
+//
+// # The watchdog
+//
+// Each Manager runs one goroutine, the watchdog scheduler. It renews every
+// held lock every TTL/3, pipelining the renewals due in one tick per cluster
+// node (10,000 held locks cost a handful of round trips per tick). When a
+// renewal finds the key gone or owned by someone else, or the lock's
+// validity (measured on this process's monotonic clock from the send time of
+// the last successful write) runs out with no successful renewal, the lock
+// is lost: Done closes, Context is cancelled and Err matches [ErrLockLost].
+// With a max hold, renewal stops at that age and Context is cancelled with
+// [ErrMaxHoldExceeded]; the key then expires on its TTL unless released.
+// Close stops the watchdog and releases what the Manager still holds.
+//
+// # Fencing
+//
+// A lock is a lease: a holder paused longer than its TTL (GC, a stalled VM)
+// can resume believing it still holds the lock. No lock service can rule
+// that out. With fencing ([WithFencing], [AcquireWithFencing]),
+// [Lock.Fence] is a number that rises with every acquisition of a resource;
+// the protected storage must reject a write whose fence is lower than one it
+// has seen. On an unplanned failover Redis can lose the latest INCR (its
+// replication is asynchronous), so a fence may repeat: have the storage
+// reject a repeated fence from a different owner too.
+//
+// # Errors
+//
+// Sentinels ([ErrNotAcquired], [ErrNotHeld], [ErrExpired], [ErrLockLost],
+// [ErrMaxHoldExceeded], [ErrClosed], ...) are matched with errors.Is; bad
+// input is an [*InvalidArgumentError], reported before any round trip.
+package manager

@@ -1,0 +1,135 @@
+package manager_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardlock/shardlock/manager"
+)
+
+// exampleClient starts an embedded Redis (miniredis) for the examples; in a
+// service this is your *redis.Client or *redis.ClusterClient.
+func exampleClient() (*redis.Client, func()) {
+	mr, err := miniredis.Run()
+	if err != nil {
+		panic(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	return c, func() { _ = c.Close(); mr.Close() }
+}
+
+func Example() {
+	client, stop := exampleClient()
+	defer stop()
+	ctx := context.Background()
+
+	m, err := manager.New(client, manager.WithOwner("billing-7"))
+	if err != nil {
+		panic(err)
+	}
+	defer m.Close(ctx)
+
+	lock, err := m.Acquire(ctx, "order:123")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("key:", lock.Key())
+	// Work under lock.Context(): it is cancelled if the lock is lost.
+	if err := lock.Release(ctx); err != nil {
+		panic(err)
+	}
+	fmt.Println("released")
+	// Output:
+	// key: shardlock:{order:123}
+	// released
+}
+
+func ExampleManager_TryAcquire() {
+	client, stop := exampleClient()
+	defer stop()
+	ctx := context.Background()
+	m, _ := manager.New(client)
+	defer m.Close(ctx)
+
+	first, _ := m.TryAcquire(ctx, "report:daily")
+	_, err := m.TryAcquire(ctx, "report:daily")
+	fmt.Println(errors.Is(err, manager.ErrNotAcquired))
+	_ = first.Release(ctx)
+	// Output: true
+}
+
+func ExampleManager_Acquire_retry() {
+	client, stop := exampleClient()
+	defer stop()
+	ctx := context.Background()
+	m, _ := manager.New(client)
+	defer m.Close(ctx)
+
+	holder, _ := m.TryAcquire(ctx, "job:import")
+	// Wait at most 100 ms, retrying every ~10 ms.
+	_, err := m.Acquire(ctx, "job:import",
+		manager.AcquireWithWait(100*time.Millisecond),
+		manager.AcquireWithRetry(manager.LinearBackoff(10*time.Millisecond)))
+	fmt.Println(errors.Is(err, manager.ErrNotAcquired))
+	_ = holder.Release(ctx)
+	// Output: true
+}
+
+func ExampleManager_Do() {
+	client, stop := exampleClient()
+	defer stop()
+	ctx := context.Background()
+	m, _ := manager.New(client, manager.WithFencing(true))
+	defer m.Close(ctx)
+
+	err := m.Do(ctx, "account:42", func(ctx context.Context) error {
+		// ctx is cancelled if the lock is lost; pass the fence to the
+		// storage so it can reject writes from an older holder.
+		fmt.Println("working")
+		return nil
+	})
+	fmt.Println(err)
+	// Output:
+	// working
+	// <nil>
+}
+
+func ExampleLock_Extend() {
+	client, stop := exampleClient()
+	defer stop()
+	ctx := context.Background()
+	m, _ := manager.New(client, manager.WithWatchdog(false))
+	defer m.Close(ctx)
+
+	lock, _ := m.TryAcquire(ctx, "cache:rebuild", manager.AcquireWithTTL(time.Second))
+	if err := lock.Extend(ctx, time.Minute); err != nil {
+		panic(err)
+	}
+	ttl, _ := lock.TTL(ctx)
+	fmt.Println(ttl > 59*time.Second)
+	_ = lock.Release(ctx)
+	// Output: true
+}
+
+func ExampleLock_Fence() {
+	client, stop := exampleClient()
+	defer stop()
+	ctx := context.Background()
+	m, _ := manager.New(client)
+	defer m.Close(ctx)
+
+	for range 3 {
+		lock, _ := m.TryAcquire(ctx, "ledger", manager.AcquireWithFencing())
+		fmt.Println(lock.Fence())
+		_ = lock.Release(ctx)
+	}
+	// Output:
+	// 1
+	// 2
+	// 3
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs shardlock's whole test suite against real Redis servers:
+# starts a standalone server and a 3-master, 3-replica cluster on 127.0.0.1
+# (installing redis-server from Debian's packages if it is missing), runs
+# go vet and go test -race on every package, and stops the servers however
+# the tests end. A test that needs a server fails here rather than skips.
+#
+#   scripts/test.sh                 # everything
+#   scripts/test.sh -run Stress     # extra arguments go to go test
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/redis-test-env.sh up
+trap 'scripts/redis-test-env.sh down' EXIT
+# shellcheck disable=SC1091
+source "${SHARDLOCK_TEST_DIR:-.redis-test}/env"
+export SHARDLOCK_REQUIRE_REDIS=1
+
+echo "== go vet ./..."
+go vet ./...
+echo "== go test -race ./..."
+go test -race -count=1 -timeout 15m "$@" ./...
+if [ $# -eq 0 ]; then
+  echo "== benchmarks compile and run once (go test -bench . -benchtime 1x)"
+  go test -run '^$' -bench . -benchtime 1x -timeout 10m ./... >/dev/null
+fi
