@@ -37,8 +37,9 @@ type scheduler struct {
 	m *Manager
 
 	mu      sync.Mutex
-	locks   lockHeap
-	orphans []orphan
+	locks    lockHeap
+	incoming []*Lock // new locks, not yet in the heap (see add)
+	orphans  []orphan
 	stopped bool
 	// sleepUntil is when the loop will next wake by itself; an earlier due
 	// time must wake it (poke), a later one need not.
@@ -64,48 +65,83 @@ func (s *scheduler) poke() {
 	}
 }
 
+// Lock.idx outside the heap.
+const (
+	idxNone       = -1 // not watched
+	idxProcessing = -2 // taken out by collect, being renewed or checked
+	idxIncoming   = -3 // in s.incoming, not yet in the heap
+)
+
+// drainAt is how many new locks make the loop drain s.incoming early.
+const drainAt = 1024
+
 // add starts watching l. It returns false once the scheduler has stopped.
+//
+// A new lock goes to s.incoming, an append: most locks are released long
+// before their first renewal, and the loop drops those when it drains the
+// list, so they never cost a heap insertion and removal.
 func (s *scheduler) add(l *Lock) bool {
-	l.mu.Lock()
-	due, slack := l.nextDueLocked(), l.interval/4
-	l.mu.Unlock()
+	due, slack := l.nextDueLocked(), l.interval/4 // l is not shared yet
 	s.mu.Lock()
 	if s.stopped {
 		s.mu.Unlock()
 		return false
 	}
-	l.due, l.slack = due, slack
-	heap.Push(&s.locks, l)
-	early := due.Before(s.sleepUntil)
+	l.due, l.slack, l.idx = due, slack, idxIncoming
+	s.incoming = append(s.incoming, l)
+	wake := due.Before(s.sleepUntil) || len(s.incoming) >= drainAt
 	s.mu.Unlock()
-	if early {
+	if wake {
 		s.poke()
 	}
 	return true
 }
 
-// schedule moves l to due, if the scheduler still watches it or is
-// processing it.
+// schedule moves l to due, if the scheduler still watches it.
 func (s *scheduler) schedule(l *Lock, due mono, slack time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.stopped || l.idx < 0 {
+	if s.stopped {
 		return
 	}
-	l.due, l.slack = due, slack
-	heap.Fix(&s.locks, l.idx)
+	switch {
+	case l.idx >= 0:
+		l.due, l.slack = due, slack
+		heap.Fix(&s.locks, l.idx)
+	case l.idx == idxIncoming:
+		l.due, l.slack = due, slack
+	default:
+		return
+	}
 	if due.Before(s.sleepUntil) {
 		s.poke()
 	}
 }
 
-// remove stops watching l.
+// remove stops watching l. A lock still in s.incoming stays there until the
+// next drain, which drops it since it is no longer held.
 func (s *scheduler) remove(l *Lock) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if l.idx >= 0 {
 		heap.Remove(&s.locks, l.idx)
 	}
+}
+
+// drainLocked moves the held locks of s.incoming into the heap. s.mu must be held.
+func (s *scheduler) drainLocked() {
+	for i, l := range s.incoming {
+		l.mu.Lock()
+		held := l.state == stateHeld
+		l.mu.Unlock()
+		if held {
+			heap.Push(&s.locks, l)
+		} else {
+			l.idx = idxNone
+		}
+		s.incoming[i] = nil
+	}
+	s.incoming = s.incoming[:0]
 }
 
 func (s *scheduler) addOrphan(key, token string, deadline time.Time) {
@@ -134,6 +170,7 @@ func (s *scheduler) stop() ([]*Lock, []orphan) {
 	<-s.exited
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.drainLocked()
 	locks := make([]*Lock, len(s.locks))
 	copy(locks, s.locks)
 	for _, l := range locks {
@@ -183,6 +220,7 @@ func (s *scheduler) run() {
 func (s *scheduler) collect(now time.Time) (due []*Lock, orphans []orphan, next time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.drainLocked()
 	for len(s.locks) > 0 {
 		l := s.locks[0]
 		if l.due.After(monoOf(now).Add(l.slack)) {
@@ -191,7 +229,7 @@ func (s *scheduler) collect(now time.Time) (due []*Lock, orphans []orphan, next 
 		}
 		due = append(due, l)
 		heap.Pop(&s.locks)
-		l.idx = -2 // being processed: schedule() may not move it, remove() need not
+		l.idx = idxProcessing // schedule() may not move it, remove() need not
 	}
 	kept := s.orphans[:0]
 	for _, o := range s.orphans {
@@ -330,8 +368,8 @@ func (s *scheduler) reinsert(l *Lock, due mono, slack time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if l.idx >= 0 || !held {
-		if l.idx == -2 {
-			l.idx = -1
+		if l.idx == idxProcessing {
+			l.idx = idxNone
 		}
 		return
 	}
