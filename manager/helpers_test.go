@@ -94,9 +94,22 @@ func (h *faultHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
+// In a pipeline, a fault on any matching command fails the whole pipeline
+// (as a dropped connection would).
 func (h *faultHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		h.seen.Add(int64(len(cmds)))
+		for _, cmd := range cmds {
+			if cmd.Name() == h.cmd && h.n.Add(-1) >= 0 {
+				if h.lostReply {
+					_ = next(ctx, cmds)
+				}
+				for _, c := range cmds {
+					c.SetErr(timeoutErr{})
+				}
+				return timeoutErr{}
+			}
+		}
 		return next(ctx, cmds)
 	}
 }

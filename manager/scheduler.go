@@ -36,11 +36,11 @@ type orphan struct {
 type scheduler struct {
 	m *Manager
 
-	mu      sync.Mutex
+	mu       sync.Mutex
 	locks    lockHeap
 	incoming []*Lock // new locks, not yet in the heap (see add)
 	orphans  []orphan
-	stopped bool
+	stopped  bool
 	// sleepUntil is when the loop will next wake by itself; an earlier due
 	// time must wake it (poke), a later one need not.
 	sleepUntil mono

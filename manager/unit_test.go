@@ -593,3 +593,111 @@ func TestStartupCheckSkipsEmulatorVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Renewals that fail for a transient reason are retried while the lock is
+// valid: a few failures lose nothing, failures past the validity lose it.
+func TestWatchdogRetriesTransientRenewalFailures(t *testing.T) {
+	t.Run("recovers", func(t *testing.T) {
+		_, c := miniClient(t)
+		hook := &faultHook{cmd: "evalsha"}
+		c.AddHook(hook)
+		m := newManager(t, c, manager.WithAutoPipeline(false), manager.WithTTL(time.Second),
+			manager.WithRenewInterval(50*time.Millisecond))
+		l, err := m.TryAcquire(ctxT(t), "r")
+		if err != nil {
+			t.Fatal(err)
+		}
+		hook.n.Store(3)
+		eventually(t, 5*time.Second, "three failed renewals", func() bool { return hook.n.Load() < 0 })
+		// Then a successful renewal: the key's TTL is set again.
+		before := hook.seen.Load()
+		eventually(t, 5*time.Second, "a renewal after the failures", func() bool { return hook.seen.Load() > before })
+		select {
+		case <-l.Done():
+			t.Fatalf("lost after transient failures: %v", l.Err())
+		default:
+		}
+		if err := l.Release(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("expires", func(t *testing.T) {
+		_, c := miniClient(t)
+		hook := &faultHook{cmd: "evalsha"}
+		c.AddHook(hook)
+		m := newManager(t, c, manager.WithAutoPipeline(false), manager.WithTTL(200*time.Millisecond))
+		l, err := m.TryAcquire(ctxT(t), "r")
+		if err != nil {
+			t.Fatal(err)
+		}
+		hook.n.Store(1 << 30)
+		waitDone(t, l, 5*time.Second)
+		if !errors.Is(l.Err(), manager.ErrLockLost) || errors.Is(l.Err(), manager.ErrExpired) || errors.Is(l.Err(), manager.ErrNotHeld) {
+			t.Fatalf("Err = %v, want a loss by validity", l.Err())
+		}
+		if since := time.Since(l.AcquiredAt()); since < 150*time.Millisecond {
+			t.Fatalf("declared lost after %v, before its validity ran out", since)
+		}
+	})
+}
+
+// New refuses a server older than Redis 7.0.
+func TestNewRejectsOldServer(t *testing.T) {
+	_, c := miniClient(t)
+	c.AddHook(infoHook{version: "6.2.14"})
+	_, err := manager.New(c)
+	var sve *manager.ServerVersionError
+	if !errors.As(err, &sve) || !errors.Is(err, manager.ErrUnsupportedServer) || sve.Version != "6.2.14" {
+		t.Fatalf("New on Redis 6.2 = %v", err)
+	}
+	_, c2 := miniClient(t)
+	c2.AddHook(infoHook{version: "7.0.15"})
+	m, err := manager.New(c2)
+	if err != nil {
+		t.Fatalf("New on Redis 7.0.15 = %v", err)
+	}
+	_ = m.Close(ctxT(t))
+}
+
+// infoHook answers INFO as a server of the given version would.
+type infoHook struct{ version string }
+
+func (h infoHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h infoHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if sc, ok := cmd.(*redis.StringCmd); ok && cmd.Name() == "info" {
+			sc.SetVal("# Server\r\nredis_version:" + h.version + "\r\nredis_mode:standalone\r\n")
+			return nil
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h infoHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// Whatever the resource name, acquire neither panics nor leaves a lock:
+// it is taken and released, or refused before any round trip.
+func FuzzAcquireResource(f *testing.F) {
+	for _, s := range []string{"order:1", "", "{a}", "a}b", "{}", "x:fence", "\x00", "中文", "{{a}}b"} {
+		f.Add(s)
+	}
+	mr, c := miniClient(f)
+	m := newManager(f, c, manager.WithWatchdog(false))
+	f.Fuzz(func(t *testing.T, resource string) {
+		ctx := context.Background()
+		l, err := m.TryAcquire(ctx, resource)
+		if err != nil {
+			if !errors.Is(err, manager.ErrInvalidArgument) {
+				t.Fatalf("TryAcquire(%q) = %v", resource, err)
+			}
+			return
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("Release(%q) = %v", resource, err)
+		}
+		if mr.Exists(l.Key()) {
+			t.Fatalf("key of %q left behind", resource)
+		}
+	})
+}

@@ -6,13 +6,15 @@
 #   scripts/redis-test-env.sh down   # stop every server started by 'up'
 #   scripts/redis-test-env.sh env    # print the export lines the tests read
 #
-# Ports: standalone 16379; cluster 17001-17006 (bus ports 27001-27006).
+# Ports: standalone 16379 (watched by a Sentinel on 16380 as master "shardlock"),
+# cluster 17001-17006 (bus ports 27001-27006).
 # Data, logs and pid files go to $SHARDLOCK_TEST_DIR (default: .redis-test in the repo).
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
 dir=${SHARDLOCK_TEST_DIR:-$repo/.redis-test}
 standalone_port=16379
+sentinel_port=16380
 cluster_ports=(17001 17002 17003 17004 17005 17006)
 node_timeout=2000
 
@@ -51,6 +53,7 @@ print_env() {
   local addrs=()
   for p in "${cluster_ports[@]}"; do addrs+=("127.0.0.1:$p"); done
   echo "export SHARDLOCK_REDIS_ADDR=127.0.0.1:$standalone_port"
+  echo "export SHARDLOCK_SENTINEL_ADDR=127.0.0.1:$sentinel_port"
   echo "export SHARDLOCK_CLUSTER_ADDRS=$(IFS=,; echo "${addrs[*]}")"
 }
 
@@ -63,7 +66,19 @@ up() {
     start_server "$p" --cluster-enabled yes --cluster-config-file "$dir/$p/nodes.conf" \
       --cluster-node-timeout "$node_timeout"
   done
+  mkdir -p "$dir/$sentinel_port"
+  cat >"$dir/$sentinel_port/sentinel.conf" <<CONF
+port $sentinel_port
+bind 127.0.0.1
+daemonize yes
+pidfile $dir/$sentinel_port/redis.pid
+logfile $dir/$sentinel_port/redis.log
+dir $dir/$sentinel_port
+sentinel monitor shardlock 127.0.0.1 $standalone_port 1
+CONF
   wait_ping "$standalone_port"
+  redis-server "$dir/$sentinel_port/sentinel.conf" --sentinel
+  wait_ping "$sentinel_port"
   for p in "${cluster_ports[@]}"; do wait_ping "$p"; done
   local addrs=()
   for p in "${cluster_ports[@]}"; do addrs+=("127.0.0.1:$p"); done
@@ -90,7 +105,7 @@ up() {
 
 down() {
   local p pidfile
-  for p in "$standalone_port" "${cluster_ports[@]}"; do
+  for p in "$standalone_port" "$sentinel_port" "${cluster_ports[@]}"; do
     pidfile="$dir/$p/redis.pid"
     if [ -f "$pidfile" ]; then
       kill "$(cat "$pidfile")" 2>/dev/null || true

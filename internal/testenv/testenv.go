@@ -4,6 +4,7 @@
 // The servers are found through environment variables:
 //
 //	SHARDLOCK_REDIS_ADDR      a standalone server, host:port
+//	SHARDLOCK_SENTINEL_ADDR   a Sentinel watching the standalone server as master "shardlock"
 //	SHARDLOCK_CLUSTER_ADDRS   comma-separated seed addresses of a cluster
 //	SHARDLOCK_REQUIRE_REDIS   when "1", a missing server fails the test
 //
@@ -55,6 +56,20 @@ func ClusterAddrs(tb testing.TB) []string {
 	return strings.Split(addrs, ",")
 }
 
+// Sentinel returns a failover client that finds the master "shardlock"
+// through the Sentinel, closed at cleanup.
+func Sentinel(tb testing.TB) *redis.Client {
+	tb.Helper()
+	addr := os.Getenv("SHARDLOCK_SENTINEL_ADDR")
+	if addr == "" {
+		missing(tb, "SHARDLOCK_SENTINEL_ADDR")
+	}
+	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "shardlock", SentinelAddrs: []string{addr}})
+	tb.Cleanup(func() { _ = c.Close() })
+	ping(tb, c)
+	return c
+}
+
 // Standalone returns a client of the standalone server, closed at cleanup.
 func Standalone(tb testing.TB) *redis.Client {
 	tb.Helper()
@@ -79,11 +94,12 @@ type Target struct {
 	Client func(tb testing.TB) redis.UniversalClient
 }
 
-// Targets returns the standalone server and the cluster, for tests that
-// must hold on both.
+// Targets returns the standalone server (directly and through Sentinel) and
+// the cluster, for tests that must hold on each.
 func Targets() []Target {
 	return []Target{
 		{Name: "standalone", Client: func(tb testing.TB) redis.UniversalClient { return Standalone(tb) }},
+		{Name: "sentinel", Client: func(tb testing.TB) redis.UniversalClient { return Sentinel(tb) }},
 		{Name: "cluster", Client: func(tb testing.TB) redis.UniversalClient { return Cluster(tb) }},
 	}
 }

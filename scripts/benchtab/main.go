@@ -1,0 +1,107 @@
+// Command benchtab reads `go test -bench` output (several runs of the same
+// benchmarks, interleaved) and prints a Markdown table of the median of each
+// benchmark with its ratio to a baseline in the same run set.
+//
+//	go run ./scripts/benchtab -base floor < bench.txt
+//
+// A benchmark name's last element is the implementation (floor,
+// floor-autopipeline, shardlock, ...); rows group the names that share the
+// rest. Each row shows every implementation's median ops/s, B/op and
+// allocs/op, and the ratio of shardlock's ops/s to each floor.
+package main
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+var line = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+(.*)$`)
+
+type sample struct{ metrics map[string]float64 }
+
+func main() {
+	impl := flag.String("impl", "shardlock", "the implementation compared with the baselines")
+	flag.Parse()
+	if err := run(os.Stdin, os.Stdout, *impl); err != nil {
+		fmt.Fprintln(os.Stderr, "benchtab:", err)
+		os.Exit(1)
+	}
+}
+
+func run(in io.Reader, out io.Writer, impl string) error {
+	samples := map[string][]sample{}
+	var order []string
+	sc := bufio.NewScanner(in)
+	for sc.Scan() {
+		m := line.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		f := strings.Fields(m[2])
+		s := sample{metrics: map[string]float64{}}
+		for i := 0; i+1 < len(f); i += 2 {
+			if v, err := strconv.ParseFloat(f[i], 64); err == nil {
+				s.metrics[f[i+1]] = v
+			}
+		}
+		if _, ok := samples[m[1]]; !ok {
+			order = append(order, m[1])
+		}
+		samples[m[1]] = append(samples[m[1]], s)
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	median := func(name, unit string) float64 {
+		var vs []float64
+		for _, s := range samples[name] {
+			if v, ok := s.metrics[unit]; ok {
+				vs = append(vs, v)
+			}
+		}
+		if len(vs) == 0 {
+			return 0
+		}
+		slices.Sort(vs)
+		return vs[len(vs)/2]
+	}
+	type row struct {
+		group string
+		impls []string
+	}
+	var rows []row
+	for _, name := range order {
+		i := strings.LastIndex(name, "/")
+		if i < 0 {
+			continue
+		}
+		group, im := name[:i], name[i+1:]
+		if len(rows) == 0 || rows[len(rows)-1].group != group {
+			rows = append(rows, row{group: group})
+		}
+		rows[len(rows)-1].impls = append(rows[len(rows)-1].impls, im)
+	}
+	for _, r := range rows {
+		fmt.Fprintf(out, "\n%s (median of %d runs)\n\n", strings.TrimPrefix(r.group, "Benchmark"), len(samples[r.group+"/"+r.impls[0]]))
+		fmt.Fprintln(out, "| implementation | ops/s | B/op | allocs/op | "+impl+" ÷ this |")
+		fmt.Fprintln(out, "|---|---:|---:|---:|---:|")
+		mine := median(r.group+"/"+impl, "ops/s")
+		for _, im := range r.impls {
+			n := r.group + "/" + im
+			ops := median(n, "ops/s")
+			ratio := "-"
+			if im != impl && ops > 0 {
+				ratio = fmt.Sprintf("%.2fx", mine/ops)
+			}
+			fmt.Fprintf(out, "| %s | %.0f | %.0f | %.0f | %s |\n", im, ops, median(n, "B/op"), median(n, "allocs/op"), ratio)
+		}
+	}
+	return nil
+}
