@@ -251,7 +251,7 @@ type acquireConfig struct {
 	maxHold  time.Duration
 	watchdog bool
 	interval time.Duration
-	ttlMs    string // ttl in milliseconds, formatted once
+	ttlMs    any // ttl in milliseconds, a string formatted and boxed once
 }
 
 type acquireOptionFunc func(*acquireConfig)

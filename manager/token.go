@@ -35,15 +35,16 @@ type TokenInfo struct {
 func newToken(owner string, now time.Time) string {
 	var b [randomBytes]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never returns an error (Go 1.24+).
-	ms := strconv.FormatInt(now.UnixMilli(), 10)
-	var sb strings.Builder
+	var msBuf [20]byte
+	ms := strconv.AppendInt(msBuf[:0], now.UnixMilli(), 10)
+	var enc [randomChars]byte
+	base64.RawURLEncoding.Encode(enc[:], b[:])
+	var sb strings.Builder // one allocation: the token itself
 	sb.Grow(len(TokenVersion) + 3 + len(ms) + randomChars + len(owner))
 	sb.WriteString(TokenVersion)
 	sb.WriteByte('.')
-	sb.WriteString(ms)
+	sb.Write(ms)
 	sb.WriteByte('.')
-	var enc [randomChars]byte
-	base64.RawURLEncoding.Encode(enc[:], b[:])
 	sb.Write(enc[:])
 	sb.WriteByte('.')
 	sb.WriteString(owner)
