@@ -126,3 +126,24 @@ func eventually(t testing.TB, limit time.Duration, what string, cond func() bool
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// assertFencesRise acquires and releases resource n times and checks that
+// every fence is above the one before.
+func assertFencesRise(t testing.TB, m *manager.Manager, resource string, n int) {
+	t.Helper()
+	ctx := ctxT(t)
+	var last uint64
+	for range n {
+		l, err := m.TryAcquire(ctx, resource)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Fence() <= last {
+			t.Fatalf("fence %d after %d", l.Fence(), last)
+		}
+		last = l.Fence()
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

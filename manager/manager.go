@@ -185,11 +185,14 @@ func (m *Manager) acquire(ctx context.Context, resource string, opts []AcquireOp
 				return nil, &ReplicaAckError{Want: m.cfg.replicas, Got: replicas}
 			}
 			if !monoNow().Before(l.validUntil) {
-				// The reply came after the lock would have expired.
+				// The reply came after the lock would have expired. The
+				// token goes to the orphan reaper, so later attempts need a
+				// token of their own.
 				m.sched.addOrphan(key, token, l.validUntil.Time())
 				if !wait {
 					return nil, ErrNotAcquired
 				}
+				token, firstAmbiguous = newToken(m.cfg.owner, time.Now()), time.Time{}
 				break
 			}
 			if !m.sched.add(l) {
@@ -275,8 +278,10 @@ func (m *Manager) attemptWait(ctx context.Context, key, token string, ttlMs any,
 	}
 	n, werr := waitc.Int64()
 	if werr != nil && status != attemptContended {
-		m.sched.addOrphan(key, token, time.Now().Add(ac.ttl))
-		return 0, 0, 0, fmt.Errorf("WAIT: %w", werr)
+		// The key is ours but WAIT failed: count no replicas, and let the
+		// replica policy decide.
+		m.log.Warn("WAIT failed after acquire", zap.String("event", "replica_ack_failed"), zap.Error(werr))
+		return status, fence, 0, nil
 	}
 	return status, fence, int(n), nil
 }

@@ -196,22 +196,7 @@ func TestRealMaxHold(t *testing.T) {
 func TestRealFencing(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, c redis.UniversalClient) {
 		m := newManager(t, c, manager.WithFencing(true))
-		ctx := ctxT(t)
-		res := testenv.Unique("res")
-		var last uint64
-		for range 20 {
-			l, err := m.TryAcquire(ctx, res)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if l.Fence() <= last {
-				t.Fatalf("fence %d after %d", l.Fence(), last)
-			}
-			last = l.Fence()
-			if err := l.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
-		}
+		assertFencesRise(t, m, testenv.Unique("res"), 20)
 	})
 }
 

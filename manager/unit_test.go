@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -402,20 +403,7 @@ func TestFencingIncreases(t *testing.T) {
 	_, c := miniClient(t)
 	m := newManager(t, c, manager.WithFencing(true))
 	ctx := ctxT(t)
-	var last uint64
-	for range 20 {
-		l, err := m.TryAcquire(ctx, "r")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if l.Fence() <= last {
-			t.Fatalf("fence %d after %d", l.Fence(), last)
-		}
-		last = l.Fence()
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	assertFencesRise(t, m, "r", 20)
 	off := newManager(t, c)
 	l, err := off.TryAcquire(ctx, "r2")
 	if err != nil || l.Fence() != 0 {
@@ -700,4 +688,61 @@ func FuzzAcquireResource(f *testing.F) {
 			t.Fatalf("key of %q left behind", resource)
 		}
 	})
+}
+
+// lateHook makes the reply of the first n SETs arrive late: it runs the
+// command, then sleeps, then runs expire (standing in for the server
+// expiring the key meanwhile) with the token the SET wrote.
+type lateHook struct {
+	delay  time.Duration
+	n      atomic.Int64
+	expire func(key, token string)
+}
+
+func (h *lateHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *lateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if cmd.Name() == "set" && h.n.Add(-1) >= 0 {
+			time.Sleep(h.delay)
+			h.expire(cmd.Args()[1].(string), cmd.Args()[2].(string))
+		}
+		return err
+	}
+}
+func (h *lateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A reply that arrives after the lock's TTL does not count as acquired, and
+// a retry takes the lock with a token of its own.
+func TestLateReplyIsNotAcquired(t *testing.T) {
+	mr, c := miniClient(t)
+	var lateTokens []string
+	hook := &lateHook{delay: 60 * time.Millisecond, expire: func(key, token string) {
+		lateTokens = append(lateTokens, token)
+		mr.Del(key)
+	}}
+	c.AddHook(hook)
+	m := newManager(t, c, manager.WithAutoPipeline(false), manager.WithWatchdog(false),
+		manager.WithRetry(manager.LinearBackoff(time.Millisecond)))
+	ctx := ctxT(t)
+	ttl := manager.AcquireWithTTL(50 * time.Millisecond)
+
+	hook.n.Store(1)
+	if _, err := m.TryAcquire(ctx, "r", ttl); !errors.Is(err, manager.ErrNotAcquired) {
+		t.Fatalf("TryAcquire with a late reply = %v", err)
+	}
+
+	hook.n.Store(1)
+	l, err := m.Acquire(ctx, "r", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lateTokens) != 2 || l.Token() == lateTokens[1] {
+		t.Fatalf("the retry reused the late attempt's token (late %d)", len(lateTokens))
+	}
+	if got, _ := mr.Get(l.Key()); got != l.Token() {
+		t.Fatalf("stored %q, lock token %q", got, l.Token())
+	}
 }
