@@ -54,6 +54,9 @@ type Lock struct {
 	watchdog   bool
 	// fixedInterval: the renew interval was set explicitly, not TTL/3.
 	fixedInterval bool
+	// watched: the lock has left the scheduler's incoming list for its heap,
+	// so giving it up must take it out of the heap (see scheduler.add).
+	watched bool
 
 	// Owned by the scheduler, under its mutex.
 	due   mono
@@ -235,14 +238,16 @@ func (l *Lock) markLost(cause error) bool {
 	}
 	l.state = stateLost
 	l.err = lost(cause)
-	err := l.err
+	err, watched := l.err, l.watched
 	l.mu.Unlock()
 	defer func() {
 		l.mu.Lock()
 		l.endLocked(err, true)
 		l.mu.Unlock()
 	}()
-	l.m.sched.remove(l)
+	if watched {
+		l.m.sched.remove(l)
+	}
 	if errors.Is(cause, ErrMaxHoldExceeded) {
 		l.m.log.Warn("lock expired after max hold", l.m.fields(context.Background(), "lost", l, zap.Error(err))...)
 	} else {
@@ -312,9 +317,11 @@ func (l *Lock) Release(ctx context.Context) error {
 		return l.releaseErr
 	}
 	l.state = stateReleasing
-	validUntil := l.validUntil.Time()
+	validUntil, watched := l.validUntil.Time(), l.watched
 	l.mu.Unlock()
-	m.sched.remove(l)
+	if watched {
+		m.sched.remove(l) // else the scheduler drops it from its incoming list
+	}
 
 	var (
 		result    error

@@ -133,6 +133,7 @@ func (s *scheduler) drainLocked() {
 	for i, l := range s.incoming {
 		l.mu.Lock()
 		held := l.state == stateHeld
+		l.watched = held // under l.mu: Release and markLost read it there
 		l.mu.Unlock()
 		if held {
 			heap.Push(&s.locks, l)
