@@ -34,19 +34,16 @@ type Lock struct {
 	keys       [1]string // {key}, for script calls without allocating a slice
 
 	mu sync.Mutex
-	// ctx and done are made on first use: most holders never ask for them.
-	ctx        context.Context
-	cancel     context.CancelCauseFunc
-	cause      error // why ctx is (or is to be) cancelled; nil while it lives
-	done       chan struct{}
+	// sig is made on first use of Context or Done: most holders never ask.
+	sig        *lockSignals
+	cause      error // why Context is (or is to be) cancelled; nil while it lives
 	ttl        time.Duration
 	interval   time.Duration
 	lastSent   mono // send time of the last successful write of the key's TTL
 	validUntil mono // by this process's monotonic clock
 	nextRenew  mono
 	maxHoldAt  mono // zero: no max hold
-	err        error
-	releaseErr error
+	err        error // why Done closed; after a release, see releaseErrLocked
 	replicas   int
 	state      uint8
 	finished   bool // Done is (or is to be) closed
@@ -62,6 +59,20 @@ type Lock struct {
 	due   mono
 	slack time.Duration // how early a renewal may go, to share a pipeline
 	idx   int
+}
+
+// lockSignals are the channels a holder may wait on.
+type lockSignals struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	done   chan struct{}
+}
+
+func (l *Lock) sigLocked() *lockSignals {
+	if l.sig == nil {
+		l.sig = &lockSignals{}
+	}
+	return l.sig
 }
 
 // drift is the safety margin taken off a TTL for the difference between the
@@ -143,13 +154,14 @@ func (l *Lock) Done() <-chan struct{} {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.done == nil {
-		if l.finished {
-			return closedChan
-		}
-		l.done = make(chan struct{})
+	if l.finished {
+		return closedChan
 	}
-	return l.done
+	sig := l.sigLocked()
+	if sig.done == nil {
+		sig.done = make(chan struct{})
+	}
+	return sig.done
 }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
@@ -166,13 +178,14 @@ func (l *Lock) Context() context.Context {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.ctx == nil {
-		l.ctx, l.cancel = context.WithCancelCause(context.Background())
+	sig := l.sigLocked()
+	if sig.ctx == nil {
+		sig.ctx, sig.cancel = context.WithCancelCause(context.Background())
 		if l.cause != nil {
-			l.cancel(l.cause)
+			sig.cancel(l.cause)
 		}
 	}
-	return l.ctx
+	return sig.ctx
 }
 
 // endLocked cancels the Context with cause (unless already cancelled) and,
@@ -180,14 +193,14 @@ func (l *Lock) Context() context.Context {
 func (l *Lock) endLocked(cause error, finish bool) {
 	if l.cause == nil {
 		l.cause = cause
-		if l.cancel != nil {
-			l.cancel(cause)
+		if l.sig != nil && l.sig.cancel != nil {
+			l.sig.cancel(cause)
 		}
 	}
 	if finish && !l.finished {
 		l.finished = true
-		if l.done != nil {
-			close(l.done)
+		if l.sig != nil && l.sig.done != nil {
+			close(l.sig.done)
 		}
 	}
 }
@@ -256,6 +269,15 @@ func (l *Lock) markLost(cause error) bool {
 	return true
 }
 
+// releaseErrLocked returns what the finished release returned.
+func (l *Lock) releaseErrLocked() error {
+	var le *lostError
+	if errors.As(l.err, &le) {
+		return le.cause
+	}
+	return l.err
+}
+
 // beginRelease claims the release of a held lock, once.
 func (l *Lock) beginRelease() bool {
 	l.mu.Lock()
@@ -271,7 +293,6 @@ func (l *Lock) beginRelease() bool {
 func (l *Lock) finishRelease(result error) {
 	l.mu.Lock()
 	l.state = stateReleased
-	l.releaseErr = result
 	if result != nil {
 		if errors.Is(result, ErrNotHeld) || errors.Is(result, ErrExpired) {
 			l.err = lost(result)
@@ -314,7 +335,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		}
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		return l.releaseErr
+		return l.releaseErrLocked()
 	}
 	l.state = stateReleasing
 	validUntil, watched := l.validUntil.Time(), l.watched

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,7 +38,7 @@ type Manager struct {
 	closed     atomic.Bool
 	closeOnce  sync.Once
 	lastReload atomic.Int64
-	ttlMs      any // the default TTL in milliseconds, a string boxed once (one allocation less per acquire)
+	defaultAC  acquireConfig // the configuration of an acquire without options
 }
 
 // New returns a Manager on client. Unless WithStartupCheck(0) is given it
@@ -62,8 +61,8 @@ func New(client Client, opts ...Option) (*Manager, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	m := &Manager{client: client, cmd: client, renew: client, cfg: cfg, log: cfg.logger,
-		ttlMs: strconv.FormatInt(cfg.ttl.Milliseconds(), 10)}
+	m := &Manager{client: client, cmd: client, renew: client, cfg: cfg, log: cfg.logger}
+	m.defaultAC = m.defaultAcquireConfig()
 	if cfg.renewClient != nil {
 		m.renew = cfg.renewClient
 	}

@@ -288,30 +288,42 @@ func AcquireWithWatchdog(on bool) AcquireOption {
 	return acquireOptionFunc(func(c *acquireConfig) { c.watchdog = on })
 }
 
-func (m *Manager) acquireConfig(resource string, opts []AcquireOption) (acquireConfig, string, error) {
+// defaultAcquireConfig is the acquire configuration without options, made
+// (and validated) once by New.
+func (m *Manager) defaultAcquireConfig() acquireConfig {
 	ac := acquireConfig{
 		ttl: m.cfg.ttl, wait: m.cfg.wait, retry: m.cfg.retry, fencing: m.cfg.fencing,
 		maxHold: m.cfg.maxHold, watchdog: m.cfg.watchdog, interval: m.cfg.renewInterval,
+		ttlMs: strconv.FormatInt(m.cfg.ttl.Milliseconds(), 10),
 	}
-	if len(opts) > 0 {
-		// Options apply to a heap copy, so the common call without options
-		// keeps ac on the stack.
-		p := new(acquireConfig)
-		*p = ac
-		for _, o := range opts {
-			if o != nil {
-				o.applyAcquire(p)
-			}
-		}
-		ac = *p
+	if ac.interval == 0 {
+		ac.interval = ac.ttl / 3
 	}
+	return ac
+}
+
+func (m *Manager) acquireConfig(resource string, opts []AcquireOption) (acquireConfig, string, error) {
 	if len(resource) > MaxResourceLen {
-		return ac, "", invalid("resource", "%d bytes, more than %d", len(resource), MaxResourceLen)
+		return acquireConfig{}, "", invalid("resource", "%d bytes, more than %d", len(resource), MaxResourceLen)
 	}
 	key, err := sharding.LockKey(m.cfg.prefix, resource)
 	if err != nil {
-		return ac, "", invalid("resource", "%q: %v", resource, err)
+		return acquireConfig{}, "", invalid("resource", "%q: %v", resource, err)
 	}
+	if len(opts) == 0 {
+		return m.defaultAC, key, nil // validated by New
+	}
+	// Options apply to a heap copy (they are interfaces), so the common call
+	// without options allocates nothing here.
+	p := new(acquireConfig)
+	*p = m.defaultAC
+	p.interval = m.cfg.renewInterval // 0 (TTL/3) is resolved after the options
+	for _, o := range opts {
+		if o != nil {
+			o.applyAcquire(p)
+		}
+	}
+	ac := *p
 	if err := checkTTL(ac.ttl); err != nil {
 		return ac, "", err
 	}
@@ -330,9 +342,7 @@ func (m *Manager) acquireConfig(resource string, opts []AcquireOption) (acquireC
 	if ac.interval == 0 {
 		ac.interval = ac.ttl / 3
 	}
-	if ac.ttl == m.cfg.ttl {
-		ac.ttlMs = m.ttlMs
-	} else {
+	if ac.ttl != m.cfg.ttl {
 		ac.ttlMs = strconv.FormatInt(ac.ttl.Milliseconds(), 10)
 	}
 	if m.cfg.replicas > 0 && m.cfg.replicaTimeout >= ac.ttl {

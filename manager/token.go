@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -32,9 +33,31 @@ type TokenInfo struct {
 }
 
 // newToken makes a version-1 token for owner, stamped with now.
+// randBuf holds crypto/rand output for tokens, read 1 KiB at a time: one
+// read per 64 tokens instead of one per token.
+type randBuf struct {
+	b   [1024]byte
+	off int
+}
+
+var randPool = sync.Pool{New: func() any { return &randBuf{off: 1024} }}
+
+// random16 fills b with 16 bytes from crypto/rand. Each byte is used once.
+func random16(b *[randomBytes]byte) {
+	rb := randPool.Get().(*randBuf)
+	if rb.off+randomBytes > len(rb.b) {
+		_, _ = rand.Read(rb.b[:]) // crypto/rand.Read never returns an error (Go 1.24+).
+		rb.off = 0
+	}
+	copy(b[:], rb.b[rb.off:rb.off+randomBytes])
+	clear(rb.b[rb.off : rb.off+randomBytes])
+	rb.off += randomBytes
+	randPool.Put(rb)
+}
+
 func newToken(owner string, now time.Time) string {
 	var b [randomBytes]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never returns an error (Go 1.24+).
+	random16(&b)
 	var msBuf [20]byte
 	ms := strconv.AppendInt(msBuf[:0], now.UnixMilli(), 10)
 	var enc [randomChars]byte
