@@ -91,3 +91,16 @@ func TestVersionLess(t *testing.T) {
 		}
 	}
 }
+
+// Tokens drawn from the buffered crypto/rand reader never repeat.
+func TestTokensDistinct(t *testing.T) {
+	seen := make(map[string]bool, 20000)
+	now := time.Now()
+	for range 20000 {
+		tok := newToken("o", now)
+		if seen[tok] {
+			t.Fatalf("token %q drawn twice", redactToken(tok))
+		}
+		seen[tok] = true
+	}
+}
