@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/shardlock/shardlock/internal/scripts"
+	"github.com/shardlock/shardlock/metrics"
 )
 
 const (
@@ -31,7 +32,8 @@ type Lock struct {
 	token      string
 	fence      uint64
 	acquiredAt time.Time
-	keys       [1]string // {key}, for script calls without allocating a slice
+	keys       [1]string      // {key}, for script calls without allocating a slice
+	cls        *metrics.Class // nil without metrics
 
 	mu sync.Mutex
 	// sig is made on first use of Context or Done: most holders never ask.
@@ -42,7 +44,7 @@ type Lock struct {
 	lastSent   mono // send time of the last successful write of the key's TTL
 	validUntil mono // by this process's monotonic clock
 	nextRenew  mono
-	maxHoldAt  mono // zero: no max hold
+	maxHoldAt  mono  // zero: no max hold
 	err        error // why Done closed; after a release, see releaseErrLocked
 	replicas   int
 	state      uint8
@@ -82,8 +84,8 @@ func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecon
 func (m *Manager) newLock(resource, key, token string, fence uint64, acquiredAt, validFrom time.Time, ac *acquireConfig) *Lock {
 	l := &Lock{
 		m: m, resource: resource, key: key, token: token, fence: fence, acquiredAt: acquiredAt,
-		keys: [1]string{key},
-		ttl:  ac.ttl, interval: ac.interval, fixedInterval: m.cfg.renewInterval > 0,
+		keys: [1]string{key}, cls: ac.cls,
+		ttl: ac.ttl, interval: ac.interval, fixedInterval: m.cfg.renewInterval > 0,
 		lastSent: monoOf(validFrom), validUntil: monoOf(validFrom).Add(ac.ttl - drift(ac.ttl)),
 		nextRenew: monoOf(validFrom).Add(ac.interval), watchdog: ac.watchdog, idx: -1,
 	}
@@ -253,6 +255,7 @@ func (l *Lock) markLost(cause error) bool {
 	l.err = lost(cause)
 	err, watched := l.err, l.watched
 	l.mu.Unlock()
+	l.cls.Lost(time.Since(l.acquiredAt), lostReason(cause))
 	defer func() {
 		l.mu.Lock()
 		l.endLocked(err, true)
@@ -278,6 +281,32 @@ func (l *Lock) releaseErrLocked() error {
 	return l.err
 }
 
+// outcomeReason is the metrics reason of a release or renewal result.
+func outcomeReason(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, ErrNotHeld):
+		return metrics.ReasonNotHeld
+	case errors.Is(err, ErrExpired):
+		return metrics.ReasonExpired
+	}
+	return metrics.ReasonRedisError
+}
+
+// lostReason is the metrics reason of a loss.
+func lostReason(cause error) string {
+	switch {
+	case errors.Is(cause, ErrMaxHoldExceeded):
+		return metrics.ReasonMaxHold
+	case errors.Is(cause, ErrNotHeld):
+		return metrics.ReasonNotHeld
+	case errors.Is(cause, ErrExpired):
+		return metrics.ReasonExpired
+	}
+	return metrics.ReasonValidity
+}
+
 // beginRelease claims the release of a held lock, once.
 func (l *Lock) beginRelease() bool {
 	l.mu.Lock()
@@ -291,6 +320,7 @@ func (l *Lock) beginRelease() bool {
 
 // finishRelease ends a release claimed by beginRelease with its result.
 func (l *Lock) finishRelease(result error) {
+	l.cls.Released(time.Since(l.acquiredAt), outcomeReason(result))
 	l.mu.Lock()
 	l.state = stateReleased
 	if result != nil {
@@ -426,16 +456,20 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return err
 	})
 	if err != nil {
+		l.cls.Renewed(metrics.ReasonRedisError)
 		return fmt.Errorf("shardlock: extend: %w", err)
 	}
 	switch r {
 	case 0:
+		l.cls.Renewed(metrics.ReasonExpired)
 		l.markLost(ErrExpired)
 		return ErrExpired
 	case -1:
+		l.cls.Renewed(metrics.ReasonNotHeld)
 		l.markLost(ErrNotHeld)
 		return ErrNotHeld
 	}
+	l.cls.Renewed("")
 	l.renewed(sentAt, ttl)
 	if replicas >= 0 {
 		l.mu.Lock()

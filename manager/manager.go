@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/shardlock/shardlock/internal/scripts"
+	"github.com/shardlock/shardlock/metrics"
 	"github.com/shardlock/shardlock/sharding"
 )
 
@@ -39,6 +40,8 @@ type Manager struct {
 	closeOnce  sync.Once
 	lastReload atomic.Int64
 	defaultAC  acquireConfig // the configuration of an acquire without options
+	mx         *metrics.Metrics
+	unregister func() // removes this manager's held locks from mx
 }
 
 // New returns a Manager on client. Unless WithStartupCheck(0) is given it
@@ -63,6 +66,7 @@ func New(client Client, opts ...Option) (*Manager, error) {
 	}
 	m := &Manager{client: client, cmd: client, renew: client, cfg: cfg, log: cfg.logger}
 	m.defaultAC = m.defaultAcquireConfig()
+	m.mx = cfg.metrics
 	if cfg.renewClient != nil {
 		m.renew = cfg.renewClient
 	}
@@ -82,6 +86,7 @@ func New(client Client, opts ...Option) (*Manager, error) {
 		m.cmd = ap
 	}
 	m.sched = newScheduler(m)
+	m.unregister = m.mx.AddHeldSource(m.sched.eachHeld)
 	return m, nil
 }
 
@@ -126,16 +131,63 @@ const (
 func (m *Manager) acquire(ctx context.Context, resource string, opts []AcquireOption, wait bool) (*Lock, error) {
 	ac, key, err := m.acquireConfig(resource, opts)
 	if err != nil {
+		m.mx.Class(metrics.ClassDefault).AcquireFailed(0, metrics.ReasonInvalid)
 		return nil, err
 	}
+	if m.mx != nil {
+		name := ac.class
+		if name == "" && m.cfg.classFunc != nil {
+			name = m.cfg.classFunc(resource)
+		}
+		ac.cls = m.mx.Class(name)
+	}
+	start := time.Now()
+	l, err := m.acquireLoop(ctx, resource, key, &ac, wait, start)
+	if ac.cls != nil {
+		if err == nil {
+			ac.cls.Acquired(time.Since(start))
+		} else {
+			ac.cls.AcquireFailed(time.Since(start), acquireReason(err, wait))
+		}
+	}
+	return l, err
+}
+
+// acquireReason is the metrics reason of an acquire's error.
+func acquireReason(err error, wait bool) string {
+	switch {
+	case errors.Is(err, ErrInvalidArgument):
+		return metrics.ReasonInvalid
+	case errors.Is(err, ErrClosed):
+		return metrics.ReasonClosed
+	case errors.Is(err, ErrReplicaAck):
+		return metrics.ReasonReplicaAck
+	case errors.Is(err, context.Canceled):
+		return metrics.ReasonCanceled
+	case errors.Is(err, context.DeadlineExceeded):
+		return metrics.ReasonTimeout
+	case errors.Is(err, ErrNotAcquired) && wait:
+		return metrics.ReasonTimeout
+	case errors.Is(err, ErrNotAcquired):
+		return metrics.ReasonContended
+	}
+	return metrics.ReasonRedisError
+}
+
+func (m *Manager) acquireLoop(ctx context.Context, resource, key string, ac *acquireConfig, wait bool, start time.Time) (*Lock, error) {
 	if ctx == nil {
 		return nil, invalid("context", "nil")
 	}
 	if m.closed.Load() {
 		return nil, ErrClosed
 	}
-	start := time.Now()
 	token := newToken(m.cfg.owner, start)
+	waiting := false // counted in the waiters gauge
+	defer func() {
+		if waiting {
+			ac.cls.Waiting(-1)
+		}
+	}()
 	var (
 		firstAmbiguous time.Time // send time of the first attempt whose outcome we never learned
 		waitUntil      = start.Add(ac.wait)
@@ -159,7 +211,7 @@ func (m *Manager) acquire(ctx context.Context, resource string, opts []AcquireOp
 		if attempt > 1 {
 			sendAt = time.Now()
 		}
-		status, fence, replicas, err := m.attempt(ctx, key, token, &ac)
+		status, fence, replicas, err := m.attempt(ctx, key, token, ac)
 		switch {
 		case err != nil:
 			if isAmbiguous(err) && firstAmbiguous.IsZero() {
@@ -177,7 +229,7 @@ func (m *Manager) acquire(ctx context.Context, resource string, opts []AcquireOp
 			if status == attemptReplay && !firstAmbiguous.IsZero() {
 				validFrom = firstAmbiguous // the key may have been set that early
 			}
-			l := m.newLock(resource, key, token, fence, start, validFrom, &ac)
+			l := m.newLock(resource, key, token, fence, start, validFrom, ac)
 			l.replicas = replicas
 			if m.cfg.replicas > 0 && replicas < m.cfg.replicas && m.cfg.replicaPolicy == ReplicaFail {
 				m.sched.addOrphan(key, token, l.validUntil.Time())
@@ -205,6 +257,10 @@ func (m *Manager) acquire(ctx context.Context, resource string, opts []AcquireOp
 		}
 		if !wait {
 			return fail(ErrNotAcquired)
+		}
+		if !waiting && ac.cls != nil {
+			waiting = true
+			ac.cls.Waiting(1)
 		}
 		d := ac.retry.NextBackoff(attempt)
 		remaining := time.Until(waitUntil)
@@ -350,6 +406,7 @@ func (m *Manager) Close(ctx context.Context) error {
 	m.closeOnce.Do(func() {
 		m.closed.Store(true)
 		locks, orphans := m.sched.stop()
+		m.unregister()
 		err = m.releaseAll(ctx, locks, orphans)
 	})
 	return err

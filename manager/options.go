@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/shardlock/shardlock/metrics"
 	"github.com/shardlock/shardlock/sharding"
 )
 
@@ -59,6 +60,8 @@ type config struct {
 	autoPipeline   bool
 	startupCheck   time.Duration
 	traceID        func(context.Context) string
+	metrics        *metrics.Metrics
+	classFunc      func(resource string) string
 }
 
 func defaultConfig() config {
@@ -160,6 +163,19 @@ func WithTraceID(f func(context.Context) string) Option {
 	return optionFunc(func(c *config) { c.traceID = f })
 }
 
+// WithMetrics records the manager's acquires, releases, renewals, losses,
+// holds and waiters in m (see package metrics). The default is no metrics.
+func WithMetrics(m *metrics.Metrics) Option { return optionFunc(func(c *config) { c.metrics = m }) }
+
+// WithClassFunc names the metrics lock class of a resource when the acquire
+// does not (AcquireWithClass). It must return a small set of names: a
+// prefix of the resource, say, never the resource itself (past the
+// metrics' class cap, classes fold into "overflow"). The default is
+// "default" for every lock.
+func WithClassFunc(f func(resource string) string) Option {
+	return optionFunc(func(c *config) { c.classFunc = f })
+}
+
 func (c *config) validate() error {
 	if err := sharding.ValidatePrefix(c.prefix); err != nil {
 		return invalid("key prefix", "%q must not contain '{' or '}'", c.prefix)
@@ -252,11 +268,19 @@ type acquireConfig struct {
 	watchdog bool
 	interval time.Duration
 	ttlMs    any // ttl in milliseconds, a string formatted and boxed once
+	class    string
+	cls      *metrics.Class // resolved by acquire; nil without metrics
 }
 
 type acquireOptionFunc func(*acquireConfig)
 
 func (f acquireOptionFunc) applyAcquire(c *acquireConfig) { f(c) }
+
+// AcquireWithClass names the metrics lock class of this lock (see
+// WithClassFunc).
+func AcquireWithClass(name string) AcquireOption {
+	return acquireOptionFunc(func(c *acquireConfig) { c.class = name })
+}
 
 // AcquireWithTTL sets this lock's TTL, in [MinTTL, MaxTTL].
 func AcquireWithTTL(d time.Duration) AcquireOption {

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/shardlock/shardlock/internal/scripts"
+	"github.com/shardlock/shardlock/metrics"
 )
 
 // maxOrphans bounds the tokens kept for background release.
@@ -39,6 +40,7 @@ type scheduler struct {
 	mu       sync.Mutex
 	locks    lockHeap
 	incoming []*Lock // new locks, not yet in the heap (see add)
+	inFlight []*Lock // taken out of the heap by collect, until process ends
 	orphans  []orphan
 	stopped  bool
 	// sleepUntil is when the loop will next wake by itself; an earlier due
@@ -230,6 +232,7 @@ func (s *scheduler) collect(now time.Time) (due []*Lock, orphans []orphan, next 
 		}
 		due = append(due, l)
 		heap.Pop(&s.locks)
+		s.inFlight = append(s.inFlight, l)
 		l.idx = idxProcessing // schedule() may not move it, remove() need not
 	}
 	kept := s.orphans[:0]
@@ -262,6 +265,12 @@ type renewal struct {
 }
 
 func (s *scheduler) process(nowTime time.Time, due []*Lock, orphans []orphan) {
+	defer func() {
+		s.mu.Lock()
+		clear(s.inFlight)
+		s.inFlight = s.inFlight[:0]
+		s.mu.Unlock()
+	}()
 	now := monoOf(nowTime)
 	var (
 		renewals []renewal
@@ -333,14 +342,18 @@ func (s *scheduler) renewResult(r renewal, c scriptCall) {
 	res, err := c.cmd.Int64()
 	switch {
 	case err == nil && res == 1:
+		l.cls.Renewed("")
 		l.renewed(r.sentAt, r.ttl) // reschedules (idx is -2: reinsert below)
 	case err == nil && res == 0:
+		l.cls.Renewed(metrics.ReasonExpired)
 		l.markLost(ErrExpired)
 		return
 	case err == nil:
+		l.cls.Renewed(metrics.ReasonNotHeld)
 		l.markLost(ErrNotHeld)
 		return
 	default:
+		l.cls.Renewed(metrics.ReasonRedisError)
 		// Transient or unknown: try again soon, while the lock is still valid.
 		l.mu.Lock()
 		retry := monoNow().Add(min(l.interval/4, 250*time.Millisecond))
@@ -393,6 +406,26 @@ func (s *scheduler) orphanResult(o orphan, c scriptCall) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.orphans = append(s.orphans, o) // after stop, Close releases what is left
+}
+
+// eachHeld yields every lock held now, with its class, for the metrics'
+// held-locks and oldest-lock gauges (computed at scrape time).
+func (s *scheduler) eachHeld(yield func(c *metrics.Class, acquiredAt time.Time)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, list := range [][]*Lock{s.locks, s.incoming, s.inFlight} {
+		for _, l := range list {
+			if i == 2 && l.idx != idxProcessing {
+				continue // back in the heap already: counted there
+			}
+			l.mu.Lock()
+			held := l.state == stateHeld
+			l.mu.Unlock()
+			if held {
+				yield(l.cls, l.acquiredAt)
+			}
+		}
+	}
 }
 
 // lockHeap orders locks by due time.
