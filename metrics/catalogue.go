@@ -19,10 +19,33 @@ const (
 	Waiters                            = "shardlock_waiters"
 )
 
+// Exporter metrics (cmd/exporter): what a scan of every master finds, and
+// the health of the scan, the masters and the synthetic probe.
+const (
+	LockKeys                     = "shardlock_lock_keys"
+	LockKeysWithoutExpiry        = "shardlock_lock_keys_without_expiry"
+	LockKeysOverdue              = "shardlock_lock_keys_overdue"
+	LockKeyOldestAcquiredSeconds = "shardlock_lock_key_oldest_acquired_timestamp_seconds"
+	ScanUp                       = "shardlock_scan_up"
+	ScanDurationSeconds          = "shardlock_scan_duration_seconds"
+	ScanKeysExamined             = "shardlock_scan_keys_examined"
+	ScanTruncated                = "shardlock_scan_truncated"
+	ScanErrors                   = "shardlock_scan_errors"
+	ScanLastSuccessTimestamp     = "shardlock_scan_last_success_timestamp_seconds"
+	RedisOpsPerSecond            = "shardlock_redis_instantaneous_ops_per_second"
+	RedisConnectedClients        = "shardlock_redis_connected_clients"
+	RedisBlockedClients          = "shardlock_redis_blocked_clients"
+	RedisEvictedKeysTotal        = "shardlock_redis_evicted_keys_total"
+	RedisExpiredKeysTotal        = "shardlock_redis_expired_keys_total"
+	ProbeSuccess                 = "shardlock_probe_success"
+	ProbeDurationSeconds         = "shardlock_probe_duration_seconds"
+)
+
 // Labels.
 const (
 	LabelClass  = "lock_class"
 	LabelReason = "reason"
+	LabelMaster = "master" // a master's address: bounded by the cluster's size
 )
 
 // Classes with a fixed meaning.
@@ -95,6 +118,28 @@ var Library = []Desc{
 	{LocksHeld, "Locks held by this process now.", Gauge, []string{LabelClass}},
 	{OldestLockAcquiredTimestampSeconds, "Unix time of the acquisition of the oldest lock this process holds; 0 when it holds none.", Gauge, []string{LabelClass}},
 	{Waiters, "Acquire calls waiting for a lock held by someone else now.", Gauge, []string{LabelClass}},
+}
+
+// Exporter lists the metrics cmd/exporter serves. Its scans run in the
+// background; scrapes serve the last result.
+var Exporter = []Desc{
+	{LockKeys, "Lock keys found by the last background scan of every master.", Gauge, []string{LabelClass}},
+	{LockKeysWithoutExpiry, "Lock keys with no TTL found by the last background scan: leaked, they can never expire.", Gauge, []string{LabelClass}},
+	{LockKeysOverdue, "Lock keys whose token says they were acquired longer ago than the overdue threshold (last background scan).", Gauge, []string{LabelClass}},
+	{LockKeyOldestAcquiredSeconds, "Unix time of the acquisition of the oldest lock key found by the last background scan; 0 when none.", Gauge, []string{LabelClass}},
+	{ScanUp, "1 when the last background scan reached every master without error, else 0.", Gauge, nil},
+	{ScanDurationSeconds, "Duration of the last background scan.", Gauge, nil},
+	{ScanKeysExamined, "Keys the last background scan examined.", Gauge, nil},
+	{ScanTruncated, "1 when the last background scan stopped at its key cap or deadline, else 0.", Gauge, nil},
+	{ScanErrors, "Errors in the last background scan.", Gauge, nil},
+	{ScanLastSuccessTimestamp, "Unix time the last complete background scan ended.", Gauge, nil},
+	{RedisOpsPerSecond, "A master's instantaneous_ops_per_sec from INFO, at the last scan.", Gauge, []string{LabelMaster}},
+	{RedisConnectedClients, "A master's connected_clients from INFO, at the last scan.", Gauge, []string{LabelMaster}},
+	{RedisBlockedClients, "A master's blocked_clients from INFO, at the last scan.", Gauge, []string{LabelMaster}},
+	{RedisEvictedKeysTotal, "A master's evicted_keys from INFO, at the last scan.", Counter, []string{LabelMaster}},
+	{RedisExpiredKeysTotal, "A master's expired_keys from INFO, at the last scan.", Counter, []string{LabelMaster}},
+	{ProbeSuccess, "1 when the last synthetic acquire and release on the master succeeded, else 0.", Gauge, []string{LabelMaster}},
+	{ProbeDurationSeconds, "Duration of the last synthetic acquire and release on the master.", Gauge, []string{LabelMaster}},
 }
 
 // Names returns every metric name of descs, with the series suffixes of
