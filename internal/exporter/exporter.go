@@ -1,0 +1,332 @@
+// Package exporter scans a Redis deployment (every master of a cluster)
+// for shardlock's lock keys, probes every master with a synthetic lock, and
+// serves what it found as Prometheus metrics (names from package metrics).
+//
+// Scans and probes run in the background on an interval, each bounded by a
+// deadline and a key cap; a scrape serves the last result, so a million
+// lock keys never make a scrape slow.
+package exporter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/shardlock/shardlock/manager"
+	"github.com/shardlock/shardlock/metrics"
+	"github.com/shardlock/shardlock/sharding"
+)
+
+// Config configures an Exporter. Zero values take the defaults shown.
+type Config struct {
+	Prefix        string        // lock key prefix; default sharding.DefaultPrefix
+	ScanInterval  time.Duration // default 30 s
+	ScanTimeout   time.Duration // deadline of one scan; default 20 s
+	ScanCount     int64         // SCAN COUNT; default 1000
+	MaxKeys       int           // keys examined per scan at most; default 2,000,000
+	Overdue       time.Duration // a lock held longer is overdue; default 15 min
+	ProbeInterval time.Duration // default 15 s
+	ProbeTimeout  time.Duration // default 2 s
+	ProbePrefix   string        // key prefix of probe locks; default "shardlock-probe:"
+	MaxClasses    int           // distinct lock classes at most; default 10
+	// ClassOf names the lock class of a resource; default: the resource up
+	// to its first ':' (without braces).
+	ClassOf func(resource string) string
+	Logger  *zap.Logger
+}
+
+func (c *Config) defaults() {
+	if c.Prefix == "" {
+		c.Prefix = sharding.DefaultPrefix
+	}
+	if c.ScanInterval == 0 {
+		c.ScanInterval = 30 * time.Second
+	}
+	if c.ScanTimeout == 0 {
+		c.ScanTimeout = 20 * time.Second
+	}
+	if c.ScanCount == 0 {
+		c.ScanCount = 1000
+	}
+	if c.MaxKeys == 0 {
+		c.MaxKeys = 2_000_000
+	}
+	if c.Overdue == 0 {
+		c.Overdue = 15 * time.Minute
+	}
+	if c.ProbeInterval == 0 {
+		c.ProbeInterval = 15 * time.Second
+	}
+	if c.ProbeTimeout == 0 {
+		c.ProbeTimeout = 2 * time.Second
+	}
+	if c.ProbePrefix == "" {
+		c.ProbePrefix = "shardlock-probe:"
+	}
+	if c.MaxClasses == 0 {
+		c.MaxClasses = metrics.DefaultMaxClasses
+	}
+	if c.ClassOf == nil {
+		c.ClassOf = DefaultClassOf
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+}
+
+// DefaultClassOf is the resource up to its first ':', without braces:
+// "order:123" and "{order:123}:stock" are both "order".
+func DefaultClassOf(resource string) string {
+	r := strings.Trim(resource, "{}")
+	if i := strings.IndexAny(r, ":{}"); i >= 0 {
+		r = r[:i]
+	}
+	if r == "" {
+		return metrics.ClassOther
+	}
+	return r
+}
+
+// ClassStats is what a scan found for one lock class.
+type ClassStats struct {
+	Keys, WithoutExpiry, Overdue int
+	Oldest                       time.Time // zero when no key had a parseable token
+}
+
+// MasterStats is what a scan read from one master's INFO.
+type MasterStats struct {
+	OpsPerSecond, ConnectedClients, BlockedClients, EvictedKeys, ExpiredKeys float64
+}
+
+// ScanResult is the outcome of one scan of every master.
+type ScanResult struct {
+	Classes   map[string]*ClassStats
+	Masters   map[string]MasterStats
+	Examined  int
+	Truncated bool
+	Errors    int
+	Duration  time.Duration
+	Ended     time.Time
+}
+
+type probeResult struct {
+	ok       bool
+	duration time.Duration
+}
+
+// Exporter scans, probes and serves. Create it with New, run it with Run.
+type Exporter struct {
+	client redis.UniversalClient
+	cfg    Config
+	probe  *manager.Manager
+
+	mu          sync.Mutex
+	last        *ScanResult
+	lastSuccess time.Time
+	probes      map[string]probeResult
+	descs       map[string]*prometheus.Desc
+}
+
+// New returns an Exporter of client. It makes no round trip.
+func New(client redis.UniversalClient, cfg Config) (*Exporter, error) {
+	if client == nil {
+		return nil, errors.New("exporter: nil client")
+	}
+	cfg.defaults()
+	if err := sharding.ValidatePrefix(cfg.Prefix); err != nil {
+		return nil, fmt.Errorf("exporter: prefix %q: %w", cfg.Prefix, err)
+	}
+	if cfg.ScanCount < 1 || cfg.MaxKeys < 1 || cfg.MaxClasses < 1 || cfg.ScanInterval < 0 || cfg.ProbeInterval < 0 {
+		return nil, errors.New("exporter: scan count, max keys, max classes and intervals must be positive")
+	}
+	e := &Exporter{client: client, cfg: cfg, probes: map[string]probeResult{}, descs: map[string]*prometheus.Desc{}}
+	for _, d := range metrics.Exporter {
+		e.descs[d.Name] = prometheus.NewDesc(d.Name, d.Help, d.Labels, nil)
+	}
+	return e, nil
+}
+
+// masters calls f for every master: each master of a cluster, or the one
+// server.
+func (e *Exporter) masters(ctx context.Context, f func(ctx context.Context, addr string, c *redis.Client) error) error {
+	switch c := e.client.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return f(ctx, n.Options().Addr, n) })
+	case *redis.Client:
+		return f(ctx, c.Options().Addr, c)
+	}
+	return fmt.Errorf("exporter: unsupported client %T", e.client)
+}
+
+// Scan makes one pass over every master: SCAN for the lock prefix with a
+// bounded COUNT, pipelined GET and PTTL of each batch of keys, and INFO.
+// It stops at the key cap or the scan deadline (Truncated).
+func (e *Exporter) Scan(ctx context.Context) *ScanResult {
+	ctx, cancel := context.WithTimeout(ctx, e.cfg.ScanTimeout)
+	defer cancel()
+	start := time.Now()
+	res := &ScanResult{Classes: map[string]*ClassStats{}, Masters: map[string]MasterStats{}}
+	var mu sync.Mutex
+	var examined int
+	classes := newClassBounder(e.cfg.MaxClasses)
+	err := e.masters(ctx, func(ctx context.Context, addr string, c *redis.Client) error {
+		ms, err := masterStats(ctx, c)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		res.Masters[addr] = ms
+		mu.Unlock()
+		var cursor uint64
+		for {
+			keys, next, err := c.Scan(ctx, cursor, e.cfg.Prefix+"*", e.cfg.ScanCount).Result()
+			if err != nil {
+				return err
+			}
+			if err := e.examine(ctx, c, keys, res, &mu, classes, start); err != nil {
+				return err
+			}
+			mu.Lock()
+			examined += len(keys)
+			stop := examined >= e.cfg.MaxKeys
+			if stop && next != 0 {
+				res.Truncated = true
+			}
+			mu.Unlock()
+			if next == 0 || stop {
+				return nil
+			}
+			cursor = next
+		}
+	})
+	res.Examined = examined
+	if err != nil {
+		res.Errors++
+		if errors.Is(err, context.DeadlineExceeded) {
+			res.Truncated = true
+		}
+		e.cfg.Logger.Warn("scan failed", zap.String("event", "scan_failed"), zap.Error(err))
+	}
+	res.Duration = time.Since(start)
+	res.Ended = time.Now()
+	e.mu.Lock()
+	e.last = res
+	if res.Errors == 0 && !res.Truncated {
+		e.lastSuccess = res.Ended
+	}
+	e.mu.Unlock()
+	return res
+}
+
+// examine reads the value and PTTL of keys in one pipeline.
+func (e *Exporter) examine(ctx context.Context, c *redis.Client, keys []string, res *ScanResult, mu *sync.Mutex,
+	classes *classBounder, now time.Time) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	pipe := c.Pipeline()
+	type kv struct {
+		key  string
+		get  *redis.StringCmd
+		pttl *redis.DurationCmd
+	}
+	batch := make([]kv, 0, len(keys))
+	for _, k := range keys {
+		if sharding.IsHelperKey(k) {
+			continue
+		}
+		batch = append(batch, kv{key: k, get: pipe.Get(ctx, k), pttl: pipe.PTTL(ctx, k)})
+	}
+	if len(batch) == 0 {
+		return nil
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, b := range batch {
+		val, err := b.get.Result()
+		if errors.Is(err, redis.Nil) {
+			continue // expired between SCAN and GET
+		}
+		if err != nil {
+			continue // not a string: not ours
+		}
+		class := classes.name(e.cfg.ClassOf(resourceOf(e.cfg.Prefix, b.key)))
+		st := res.Classes[class]
+		if st == nil {
+			st = &ClassStats{}
+			res.Classes[class] = st
+		}
+		st.Keys++
+		if b.pttl.Val() == -1*time.Nanosecond || b.pttl.Val() == -1 {
+			st.WithoutExpiry++
+		}
+		if info, err := manager.ParseToken(val); err == nil {
+			if now.Sub(info.AcquiredAt) > e.cfg.Overdue {
+				st.Overdue++
+			}
+			if st.Oldest.IsZero() || info.AcquiredAt.Before(st.Oldest) {
+				st.Oldest = info.AcquiredAt
+			}
+		}
+	}
+	return nil
+}
+
+// resourceOf undoes sharding.LockKey.
+func resourceOf(prefix, key string) string {
+	r := strings.TrimPrefix(key, prefix)
+	if len(r) >= 2 && r[0] == '{' && r[len(r)-1] == '}' && !strings.ContainsAny(r[1:len(r)-1], "{}") {
+		return r[1 : len(r)-1]
+	}
+	return r
+}
+
+func masterStats(ctx context.Context, c *redis.Client) (MasterStats, error) {
+	info, err := c.Info(ctx, "stats", "clients").Result()
+	if err != nil {
+		return MasterStats{}, err
+	}
+	f := func(name string) float64 {
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), name+":"); ok {
+				x, _ := strconv.ParseFloat(v, 64)
+				return x
+			}
+		}
+		return 0
+	}
+	return MasterStats{
+		OpsPerSecond: f("instantaneous_ops_per_sec"), ConnectedClients: f("connected_clients"),
+		BlockedClients: f("blocked_clients"), EvictedKeys: f("evicted_keys"), ExpiredKeys: f("expired_keys"),
+	}, nil
+}
+
+// classBounder folds classes past a cap into "overflow".
+type classBounder struct {
+	max  int
+	seen map[string]bool
+}
+
+func newClassBounder(max int) *classBounder { return &classBounder{max: max, seen: map[string]bool{}} }
+
+func (b *classBounder) name(c string) string {
+	if b.seen[c] {
+		return c
+	}
+	if len(b.seen) >= b.max {
+		return metrics.ClassOverflow
+	}
+	b.seen[c] = true
+	return c
+}

@@ -1,0 +1,163 @@
+package exporter_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/shardlock/shardlock/internal/exporter"
+	"github.com/shardlock/shardlock/internal/testenv"
+	"github.com/shardlock/shardlock/manager"
+	"github.com/shardlock/shardlock/metrics"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// oldToken is a token acquired an hour ago.
+func oldToken() string {
+	return "sl1." + strconv.FormatInt(time.Now().Add(-time.Hour).UnixMilli(), 10) + ".AAAAAAAAAAAAAAAAAAAAAA.old-owner"
+}
+
+func TestScanAndProbeCluster(t *testing.T) {
+	for _, target := range testenv.Targets() {
+		if target.Name == "sentinel" {
+			continue
+		}
+		t.Run(target.Name, func(t *testing.T) {
+			c := target.Client(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			prefix := testenv.Unique("exp") + ":"
+			m, err := manager.New(c, manager.WithKeyPrefix(prefix))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close(ctx)
+			for i := range 50 {
+				if _, err := m.TryAcquire(ctx, fmt.Sprintf("order:%d", i), manager.AcquireWithFencing()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := range 5 {
+				if _, err := m.TryAcquire(ctx, fmt.Sprintf("{job:%d}:run", i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// A leaked key (no TTL) and an overdue one.
+			c.Set(ctx, prefix+"{leak:1}", oldToken(), 0)
+			c.Set(ctx, prefix+"{report:1}", oldToken(), time.Minute)
+			defer c.Del(ctx, prefix+"{leak:1}")
+
+			e, err := exporter.New(c, exporter.Config{Prefix: prefix, ScanCount: 7, Overdue: 10 * time.Minute})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := e.Scan(ctx)
+			if res.Errors != 0 || res.Truncated {
+				t.Fatalf("scan: %+v", res)
+			}
+			wantMasters := 1
+			if _, ok := c.(*redis.ClusterClient); ok {
+				wantMasters = 3
+			}
+			if len(res.Masters) != wantMasters {
+				t.Fatalf("masters %v", res.Masters)
+			}
+			check := func(class string, keys, noExpiry, overdue int) {
+				t.Helper()
+				st := res.Classes[class]
+				if st == nil || st.Keys != keys || st.WithoutExpiry != noExpiry || st.Overdue != overdue {
+					t.Errorf("class %s: %+v, want keys %d, no expiry %d, overdue %d", class, st, keys, noExpiry, overdue)
+				}
+			}
+			check("order", 50, 0, 0)
+			check("job", 5, 0, 0)
+			check("leak", 1, 1, 1)
+			check("report", 1, 0, 1)
+			// 50 fence counters were skipped: 57 lock keys examined plus 50 helper keys.
+			if res.Examined != 107 {
+				t.Errorf("examined %d keys, want 107", res.Examined)
+			}
+
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(e)
+			if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
+				t.Fatalf("lint: %v %v", problems, err)
+			}
+			want := `
+# HELP shardlock_lock_keys_without_expiry Lock keys with no TTL found by the last background scan: leaked, they can never expire.
+# TYPE shardlock_lock_keys_without_expiry gauge
+shardlock_lock_keys_without_expiry{lock_class="job"} 0
+shardlock_lock_keys_without_expiry{lock_class="leak"} 1
+shardlock_lock_keys_without_expiry{lock_class="order"} 0
+shardlock_lock_keys_without_expiry{lock_class="report"} 0
+`
+			if err := testutil.GatherAndCompare(reg, strings.NewReader(want), metrics.LockKeysWithoutExpiry); err != nil {
+				t.Fatal(err)
+			}
+
+			// The key cap truncates.
+			small, _ := exporter.New(c, exporter.Config{Prefix: prefix, ScanCount: 5, MaxKeys: 10})
+			if r := small.Scan(ctx); !r.Truncated || r.Examined > 10+5*wantMasters {
+				t.Fatalf("capped scan: truncated %v, examined %d", r.Truncated, r.Examined)
+			}
+		})
+	}
+}
+
+func TestRunProbesEveryMaster(t *testing.T) {
+	c := testenv.Cluster(t)
+	e, err := exporter.New(c, exporter.Config{Prefix: testenv.Unique("exp") + ":", ScanInterval: time.Hour, ProbeInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(e)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, err := testutil.GatherAndCount(reg, metrics.ProbeSuccess)
+		if err == nil && n == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("probe series: %d, %v", n, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() == metrics.ProbeSuccess {
+			for _, mt := range mf.GetMetric() {
+				if mt.GetGauge().GetValue() != 1 {
+					t.Errorf("probe failed on %v", mt.GetLabel())
+				}
+			}
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDefaultClassOf(t *testing.T) {
+	tests := []struct{ give, want string }{
+		{"order:123", "order"}, {"{order:123}:stock", "order"}, {"plain", "plain"}, {":x", "other"}, {"{a}b", "a"},
+	}
+	for _, tt := range tests {
+		if got := exporter.DefaultClassOf(tt.give); got != tt.want {
+			t.Errorf("DefaultClassOf(%q) = %q, want %q", tt.give, got, tt.want)
+		}
+	}
+}
