@@ -268,7 +268,8 @@ func (e *Exporter) examine(ctx context.Context, c *redis.Client, keys []string, 
 			res.Classes[class] = st
 		}
 		st.Keys++
-		if b.pttl.Val() == -1*time.Nanosecond || b.pttl.Val() == -1 {
+		if b.pttl.Val() == -1 { // go-redis keeps PTTL's "no expiry" reply as -1
+
 			st.WithoutExpiry++
 		}
 		if info, err := manager.ParseToken(val); err == nil {
@@ -293,7 +294,7 @@ func resourceOf(prefix, key string) string {
 }
 
 func masterStats(ctx context.Context, c *redis.Client) (MasterStats, error) {
-	info, err := c.Info(ctx, "stats", "clients").Result()
+	info, err := c.Info(ctx).Result() // the default sections hold clients and stats
 	if err != nil {
 		return MasterStats{}, err
 	}

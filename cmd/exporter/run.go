@@ -1,0 +1,213 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/exporter-toolkit/web"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/shardlock/shardlock/internal/exporter"
+	"github.com/shardlock/shardlock/metrics"
+)
+
+type options struct {
+	addr, user, password, caFile, prefix string
+	cluster, tls                         bool
+	listen, webConfig, telemetryPath     string
+	scanInterval, scanTimeout, overdue   time.Duration
+	probeInterval, probeTimeout          time.Duration
+	scanCount                            int64
+	maxKeys, maxClasses                  int
+}
+
+// envName is the environment variable that stands in for a flag.
+func envName(flagName string) string {
+	return "SHARDLOCK_EXPORTER_" + strings.ToUpper(strings.NewReplacer(".", "_", "-", "_").Replace(flagName))
+}
+
+func parseFlags(args []string) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("shardlock-exporter", flag.ContinueOnError)
+	fs.StringVar(&o.addr, "redis.addr", "", "Redis address, or comma-separated cluster seeds; empty: demo mode on an embedded Redis")
+	fs.BoolVar(&o.cluster, "redis.cluster", false, "the address is a cluster seed (implied by several addresses)")
+	fs.StringVar(&o.user, "redis.user", "", "Redis ACL user")
+	fs.StringVar(&o.password, "redis.password", "", "Redis password (prefer the environment variable)")
+	fs.BoolVar(&o.tls, "redis.tls", false, "connect to Redis over TLS")
+	fs.StringVar(&o.caFile, "redis.tls-ca-file", "", "CA certificate file for Redis TLS")
+	fs.StringVar(&o.prefix, "lock.prefix", "shardlock:", "lock key prefix")
+	fs.DurationVar(&o.scanInterval, "scan.interval", 30*time.Second, "time between background scans")
+	fs.DurationVar(&o.scanTimeout, "scan.timeout", 20*time.Second, "deadline of one scan")
+	fs.Int64Var(&o.scanCount, "scan.count", 1000, "SCAN COUNT")
+	fs.IntVar(&o.maxKeys, "scan.max-keys", 2_000_000, "keys one scan examines at most")
+	fs.IntVar(&o.maxClasses, "scan.max-classes", metrics.DefaultMaxClasses, "distinct lock classes at most (then overflow)")
+	fs.DurationVar(&o.overdue, "lock.overdue", 15*time.Minute, "a lock held longer is overdue")
+	fs.DurationVar(&o.probeInterval, "probe.interval", 15*time.Second, "time between probes of every master")
+	fs.DurationVar(&o.probeTimeout, "probe.timeout", 2*time.Second, "deadline of one probe")
+	fs.StringVar(&o.listen, "web.listen-address", ":9436", "address to serve on")
+	fs.StringVar(&o.webConfig, "web.config.file", "", "exporter-toolkit web config file (TLS, basic auth)")
+	fs.StringVar(&o.telemetryPath, "web.telemetry-path", "/metrics", "path of the metrics")
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		if v, ok := os.LookupEnv(envName(f.Name)); ok {
+			if err := f.Value.Set(v); err != nil && envErr == nil {
+				envErr = fmt.Errorf("%s=%q: %w", envName(f.Name), v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return nil, envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+func (o *options) client() (redis.UniversalClient, error) {
+	var tlsCfg *tls.Config
+	if o.tls {
+		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12}
+		if o.caFile != "" {
+			pem, err := os.ReadFile(o.caFile)
+			if err != nil {
+				return nil, err
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("no certificate in %s", o.caFile)
+			}
+			tlsCfg.RootCAs = pool
+		}
+	}
+	addrs := strings.Split(o.addr, ",")
+	if o.cluster || len(addrs) > 1 {
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Username: o.user, Password: o.password, TLSConfig: tlsCfg}), nil
+	}
+	return redis.NewClient(&redis.Options{Addr: addrs[0], Username: o.user, Password: o.password, TLSConfig: tlsCfg}), nil
+}
+
+// run serves until ctx ends. ready, when not nil, receives the address the
+// server listens on.
+func run(ctx context.Context, args []string, out io.Writer, ready chan<- string) error {
+	o, err := parseFlags(args)
+	if err != nil {
+		return err
+	}
+	logger, _ := zap.NewProduction()
+	defer func() { _ = logger.Sync() }()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	var client redis.UniversalClient
+	var demo *demoWorkload
+	if o.addr == "" {
+		mr, err := miniredis.Run()
+		if err != nil {
+			return err
+		}
+		defer mr.Close()
+		client = redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		demo, err = startDemo(ctx, client, reg, mr)
+		if err != nil {
+			_ = client.Close()
+			return err
+		}
+		// Demo scans and probes often, so the page changes while you look.
+		o.scanInterval, o.probeInterval, o.overdue = 2*time.Second, 2*time.Second, 5*time.Second
+	} else {
+		client, err = o.client()
+		if err != nil {
+			return err
+		}
+	}
+	defer client.Close()
+
+	exp, err := exporter.New(client, exporter.Config{
+		Prefix: o.prefix, ScanInterval: o.scanInterval, ScanTimeout: o.scanTimeout, ScanCount: o.scanCount,
+		MaxKeys: o.maxKeys, MaxClasses: o.maxClasses, Overdue: o.overdue,
+		ProbeInterval: o.probeInterval, ProbeTimeout: o.probeTimeout, Logger: logger,
+	})
+	if err != nil {
+		return err
+	}
+	reg.MustRegister(exp)
+
+	mux := http.NewServeMux()
+	mux.Handle(o.telemetryPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	landing, err := web.NewLandingPage(web.LandingConfig{
+		Name: "shardlock exporter", Description: "Lock keys, leaks and lock-service health of a Redis deployment",
+		Links: []web.LandingLinks{{Address: o.telemetryPath, Text: "Metrics"}, {Address: "/healthz", Text: "Health"}},
+	})
+	if err != nil {
+		return err
+	}
+	mux.Handle("/", landing)
+
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return err
+	}
+	addr := ln.Addr().String()
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	slogger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	webFlags := &web.FlagConfig{WebListenAddresses: &[]string{o.listen}, WebSystemdSocket: new(bool), WebConfigFile: &o.webConfig}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	expDone := make(chan error, 1)
+	go func() { expDone <- exp.Run(runCtx) }()
+	srvDone := make(chan error, 1)
+	go func() { srvDone <- web.Serve(ln, srv, webFlags, slogger) }()
+
+	if demo != nil {
+		fmt.Fprintf(out, "demo: an embedded Redis with a contended lock, a slow holder and one leaked key (no TTL)\n")
+	}
+	fmt.Fprintf(out, "serving http://%s%s (landing page http://%s/)\n", addr, o.telemetryPath, addr)
+	if ready != nil {
+		ready <- addr
+	}
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-srvDone:
+	}
+	cancel()
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer scancel()
+	_ = srv.Shutdown(sctx)
+	if serveErr == nil {
+		if err := <-srvDone; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			serveErr = err
+		}
+	}
+	if errors.Is(serveErr, http.ErrServerClosed) {
+		serveErr = nil
+	}
+	if err := <-expDone; err != nil && serveErr == nil {
+		serveErr = err
+	}
+	if demo != nil {
+		demo.stop()
+	}
+	return serveErr
+}
