@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs shardlock's whole test suite against real Redis servers:
 # starts a standalone server and a 3-master, 3-replica cluster on 127.0.0.1
-# (installing redis-server, and promtool from Debian's prometheus package,
-# if they are missing), runs
+# (installing redis-server, and Prometheus, promtool and Alertmanager from
+# Debian's packages, if they are missing), runs
 # go vet and go test -race on every package, and stops the servers however
 # the tests end. A test that needs a server fails here rather than skips.
 #
@@ -11,11 +11,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v promtool >/dev/null; then
-  echo "promtool not found; installing Debian's prometheus package" >&2
+if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null; then
+  echo "promtool or alertmanager not found; installing Debian's prometheus and prometheus-alertmanager" >&2
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq prometheus >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq prometheus prometheus-alertmanager >/dev/null
 fi
 scripts/redis-test-env.sh up
 trap 'scripts/redis-test-env.sh down' EXIT
