@@ -7,11 +7,13 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/shardlock/shardlock/internal/testenv"
 )
@@ -143,4 +145,52 @@ func TestFlagsFromEnvironment(t *testing.T) {
 	if _, err := parseFlags(nil); err == nil {
 		t.Fatal("a bad environment value was accepted")
 	}
+}
+
+// Basic auth from an exporter-toolkit web config file guards every page.
+func TestWebConfigBasicAuth(t *testing.T) {
+	hash, err := bcrypt.GenerateFromPassword([]byte("s3cret"), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(t.TempDir(), "web.yml")
+	if err := os.WriteFile(cfg, []byte("basic_auth_users:\n  prom: "+string(hash)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr, stop := start(t, "-web.config.file", cfg)
+	defer stop()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("without credentials: %d", resp.StatusCode)
+	}
+	req, _ := http.NewRequest("GET", "http://"+addr+"/metrics", nil)
+	req.SetBasicAuth("prom", "s3cret")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("with credentials: %d", resp.StatusCode)
+	}
+}
+
+// An ACL user and password, given through the environment.
+func TestRedisACLUser(t *testing.T) {
+	admin := testenv.Standalone(t)
+	ctx := context.Background()
+	user := testenv.Unique("exporter")
+	if err := admin.Do(ctx, "acl", "setuser", user, "on", ">pw-"+user, "~*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Do(ctx, "acl", "deluser", user)
+	t.Setenv("SHARDLOCK_EXPORTER_REDIS_PASSWORD", "pw-"+user)
+	addr, stop := start(t, "-redis.addr", testenv.StandaloneAddr(t), "-redis.user", user,
+		"-lock.prefix", testenv.Unique("acl")+":")
+	defer stop()
+	waitFor(t, addr, "shardlock_scan_up 1", "shardlock_probe_success{master=")
 }
