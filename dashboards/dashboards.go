@@ -41,9 +41,11 @@ func JSON(d dashboard.Dashboard) ([]byte, error) {
 
 var ds = common.DataSourceRef{Type: cog.ToPtr("prometheus"), Uid: cog.ToPtr("${datasource}")}
 
-// Selectors every query carries.
+// Selectors every query carries: the library's metrics and the exporter's
+// per-class ones by job and lock class, the exporter's others by job.
 const (
 	libSel = `job=~"$job",lock_class=~"$lock_class"`
+	clsSel = libSel
 	expSel = `job=~"$job"`
 )
 
@@ -71,19 +73,19 @@ func single(title, desc, unit string, target cog.Builder[variants.Dataquery]) *s
 		Height(4).Span(6).WithTarget(target)
 }
 
-func variables(b *dashboard.DashboardBuilder, jobMetric string, withClass bool) *dashboard.DashboardBuilder {
+// variables adds the data source, job and lock class variables; the job
+// and class values are read from jobMetric and classMetric.
+func variables(b *dashboard.DashboardBuilder, jobMetric, classMetric string) *dashboard.DashboardBuilder {
 	b.WithVariable(dashboard.NewDatasourceVariableBuilder("datasource").Label("Data Source").Type("prometheus"))
 	b.WithVariable(dashboard.NewQueryVariableBuilder("job").Label("job").Datasource(ds).
 		Query(dashboard.StringOrMap{String: cog.ToPtr(fmt.Sprintf("label_values(%s, job)", jobMetric))}).
 		Refresh(dashboard.VariableRefreshOnTimeRangeChanged).Sort(dashboard.VariableSortAlphabeticalAsc).
 		Multi(true).IncludeAll(true).AllValue(".+"))
-	if withClass {
-		b.WithVariable(dashboard.NewQueryVariableBuilder("lock_class").Label("lock class").Datasource(ds).
-			Query(dashboard.StringOrMap{String: cog.ToPtr(fmt.Sprintf(`label_values(%s{job=~"$job"}, %s)`,
-				metrics.AcquireAttemptsTotal, metrics.LabelClass))}).
-			Refresh(dashboard.VariableRefreshOnTimeRangeChanged).Sort(dashboard.VariableSortAlphabeticalAsc).
-			Multi(true).IncludeAll(true).AllValue(".+"))
-	}
+	b.WithVariable(dashboard.NewQueryVariableBuilder("lock_class").Label("lock class").Datasource(ds).
+		Query(dashboard.StringOrMap{String: cog.ToPtr(fmt.Sprintf(`label_values(%s{job=~"$job"}, %s)`,
+			classMetric, metrics.LabelClass))}).
+		Refresh(dashboard.VariableRefreshOnTimeRangeChanged).Sort(dashboard.VariableSortAlphabeticalAsc).
+		Multi(true).IncludeAll(true).AllValue(".+"))
 	return b
 }
 
@@ -103,7 +105,7 @@ func Overview() (dashboard.Dashboard, error) {
 		Description("Locks taken, waited for, held, renewed and lost, from the shardlock library's metrics.").
 		Tags([]string{"shardlock", "generated"}).
 		Refresh("30s").Time("now-1h", "now").Timezone(common.TimeZoneBrowser)
-	variables(b, metrics.AcquireAttemptsTotal, true)
+	variables(b, metrics.AcquireAttemptsTotal, metrics.AcquireAttemptsTotal)
 
 	b.WithRow(dashboard.NewRowBuilder("Acquire"))
 	b.WithPanel(series("Acquire rate by outcome", "Acquisitions that took the lock, and failures by reason.", units.OpsPerSecond, 12,
@@ -151,21 +153,21 @@ func LeaksAndCluster() (dashboard.Dashboard, error) {
 		Description("What the shardlock exporter's scans of every master find: lock keys, leaks, overdue locks, masters, probe.").
 		Tags([]string{"shardlock", "generated"}).
 		Refresh("30s").Time("now-1h", "now").Timezone(common.TimeZoneBrowser)
-	variables(b, metrics.ScanUp, false)
+	variables(b, metrics.ScanUp, metrics.LockKeys)
 
 	b.WithRow(dashboard.NewRowBuilder("Lock keys"))
 	b.WithPanel(single("Keys without expiry", "Lock keys with no TTL: leaked, they never expire.", units.Short,
-		query(fmt.Sprintf(`sum(%s{%s})`, metrics.LockKeysWithoutExpiry, expSel), "")))
+		query(fmt.Sprintf(`sum(%s{%s})`, metrics.LockKeysWithoutExpiry, clsSel), "")))
 	b.WithPanel(single("Overdue locks", "Locks held longer than the exporter's threshold.", units.Short,
-		query(fmt.Sprintf(`sum(%s{%s})`, metrics.LockKeysOverdue, expSel), "")))
+		query(fmt.Sprintf(`sum(%s{%s})`, metrics.LockKeysOverdue, clsSel), "")))
 	b.WithPanel(single("Oldest lock", "Age of the oldest lock key in the cluster.", units.Seconds,
-		query(fmt.Sprintf(`time() - min(%s{%s} > 0)`, metrics.LockKeyOldestAcquiredSeconds, expSel), "")))
+		query(fmt.Sprintf(`time() - min(%s{%s} > 0)`, metrics.LockKeyOldestAcquiredSeconds, clsSel), "")))
 	b.WithPanel(single("Scan up", "1 when the last scan reached every master.", units.Short,
 		query(fmt.Sprintf(`min(%s{%s})`, metrics.ScanUp, expSel), "")))
 	b.WithPanel(series("Lock keys by class", "Lock keys, keys without expiry and overdue keys, by lock class.", units.Short, 24,
-		query(fmt.Sprintf(`sum by (%s) (%s{%s})`, metrics.LabelClass, metrics.LockKeys, expSel), "{{lock_class}}"),
-		query(fmt.Sprintf(`sum by (%s) (%s{%s})`, metrics.LabelClass, metrics.LockKeysWithoutExpiry, expSel), "no expiry {{lock_class}}"),
-		query(fmt.Sprintf(`sum by (%s) (%s{%s})`, metrics.LabelClass, metrics.LockKeysOverdue, expSel), "overdue {{lock_class}}")))
+		query(fmt.Sprintf(`sum by (%s) (%s{%s})`, metrics.LabelClass, metrics.LockKeys, clsSel), "{{lock_class}}"),
+		query(fmt.Sprintf(`sum by (%s) (%s{%s})`, metrics.LabelClass, metrics.LockKeysWithoutExpiry, clsSel), "no expiry {{lock_class}}"),
+		query(fmt.Sprintf(`sum by (%s) (%s{%s})`, metrics.LabelClass, metrics.LockKeysOverdue, clsSel), "overdue {{lock_class}}")))
 
 	b.WithRow(dashboard.NewRowBuilder("Masters"))
 	b.WithPanel(series("Operations per second", "instantaneous_ops_per_sec of each master.", units.OpsPerSecond, 8,

@@ -82,8 +82,8 @@ func TestQueriesUseTheCatalogue(t *testing.T) {
 				}
 			}
 		}
-		if !vars["datasource"] || !vars["job"] {
-			t.Errorf("%s: variables %v lack datasource or job", d.File, vars)
+		if !vars["datasource"] || !vars["job"] || !vars["lock_class"] {
+			t.Errorf("%s: variables %v lack datasource, job or lock_class", d.File, vars)
 		}
 		queries := 0
 		for _, p := range b.Panels {

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shardlock/shardlock/internal/exporter"
 	"github.com/shardlock/shardlock/manager"
 	"github.com/shardlock/shardlock/metrics"
 )
@@ -30,14 +31,7 @@ func startDemo(ctx context.Context, client redis.UniversalClient, reg prometheus
 	}
 	m, err := manager.New(client, manager.WithMetrics(mx), manager.WithOwner("demo"),
 		manager.WithTTL(3*time.Second),
-		manager.WithClassFunc(func(r string) string {
-			for i := range len(r) {
-				if r[i] == ':' {
-					return r[:i]
-				}
-			}
-			return r
-		}),
+		manager.WithClassFunc(exporter.DefaultClassOf),
 		manager.WithRetry(manager.ExponentialBackoff(5*time.Millisecond, 100*time.Millisecond)))
 	if err != nil {
 		return nil, err
