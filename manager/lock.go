@@ -34,6 +34,7 @@ type Lock struct {
 	acquiredAt time.Time
 	keys       [1]string      // {key}, for script calls without allocating a slice
 	cls        *metrics.Class // nil without metrics
+	multi      *batchInfo     // nil unless a batch lock
 
 	mu sync.Mutex
 	// sig is made on first use of Context or Done: most holders never ask.
@@ -379,6 +380,15 @@ func (l *Lock) Release(ctx context.Context) error {
 		ambiguous bool
 	)
 	err := m.retryTransient(ctx, validUntil, func(ctx context.Context) error {
+		if l.multi != nil {
+			res, err := l.releaseBatchOnce(ctx, ambiguous, validUntil)
+			if err != nil {
+				ambiguous = ambiguous || isAmbiguous(err)
+				return err
+			}
+			result = res
+			return nil
+		}
 		var sentAt time.Time
 		if ambiguous { // the clock is read only when a retry needs it
 			sentAt = time.Now()
@@ -397,7 +407,9 @@ func (l *Lock) Release(ctx context.Context) error {
 		} else {
 			result = fmt.Errorf("shardlock: release: %w", err)
 		}
-		m.sched.addOrphan(l.key, l.token, validUntil)
+		for _, k := range l.scriptKeys() {
+			m.sched.addOrphan(k, l.token, validUntil)
+		}
 	}
 	l.finishRelease(result)
 	if ce := m.log.Check(zap.DebugLevel, "lock released"); ce != nil {
@@ -449,9 +461,13 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		sentAt = time.Now()
 		var err error
 		if m.cfg.replicas > 0 {
-			r, replicas, err = m.extendWait(ctx, l.key, l.token, ttlMs)
+			r, replicas, err = m.extendWait(ctx, l, ttlMs)
 		} else {
-			r, err = scripts.Extend.Run(ctx, m.cmd, l.keys[:], l.token, ttlMs).Int64()
+			script := scripts.Extend
+			if l.multi != nil {
+				script = scripts.ExtendBatch
+			}
+			r, err = script.Run(ctx, m.cmd, l.scriptKeys(), l.token, ttlMs).Int64()
 		}
 		return err
 	})
@@ -483,13 +499,17 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 }
 
 // extendWait runs the extend script and WAIT in one pipeline on the owning master.
-func (m *Manager) extendWait(ctx context.Context, key, token, ttlMs string) (int64, int, error) {
-	node, err := m.nodeFor(ctx, key)
+func (m *Manager) extendWait(ctx context.Context, l *Lock, ttlMs string) (int64, int, error) {
+	node, err := m.nodeFor(ctx, l.key)
 	if err != nil {
 		return 0, 0, err
 	}
+	script := scripts.Extend
+	if l.multi != nil {
+		script = scripts.ExtendBatch
+	}
 	pipe := node.Pipeline()
-	ext := scripts.Extend.Eval(ctx, pipe, []string{key}, token, ttlMs)
+	ext := script.Eval(ctx, pipe, l.scriptKeys(), l.token, ttlMs)
 	wait := pipe.Do(ctx, "wait", m.cfg.replicas, m.cfg.replicaTimeout.Milliseconds())
 	_, _ = pipe.Exec(ctx)
 	r, err := ext.Int64()
@@ -553,7 +573,11 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	ms, err := scripts.PTTL.Run(ctx, l.m.cmd, l.keys[:], l.token).Int64()
+	script := scripts.PTTL
+	if l.multi != nil {
+		script = scripts.PTTLBatch
+	}
+	ms, err := script.Run(ctx, l.m.cmd, l.scriptKeys(), l.token).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("shardlock: ttl: %w", err)
 	}

@@ -142,7 +142,7 @@ func (m *Manager) acquire(ctx context.Context, resource string, opts []AcquireOp
 		ac.cls = m.mx.Class(name)
 	}
 	start := time.Now()
-	l, err := m.acquireLoop(ctx, resource, key, &ac, wait, start)
+	l, err := m.acquireLoop(ctx, target{resource: resource, key: key}, &ac, wait, start)
 	if ac.cls != nil {
 		if err == nil {
 			ac.cls.Acquired(time.Since(start))
@@ -174,7 +174,24 @@ func acquireReason(err error, wait bool) string {
 	return metrics.ReasonRedisError
 }
 
-func (m *Manager) acquireLoop(ctx context.Context, resource, key string, ac *acquireConfig, wait bool, start time.Time) (*Lock, error) {
+// target is what an acquire locks: one resource, or a batch in one slot.
+type target struct {
+	resource, key string     // the first (or only) resource and its key
+	batch         *batchInfo // nil for a single lock
+}
+
+// orphan hands a token that may hold the target's keys to the reaper.
+func (m *Manager) orphan(tg target, token string, deadline time.Time) {
+	if tg.batch == nil {
+		m.sched.addOrphan(tg.key, token, deadline)
+		return
+	}
+	for _, k := range tg.batch.keys {
+		m.sched.addOrphan(k, token, deadline)
+	}
+}
+
+func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig, wait bool, start time.Time) (*Lock, error) {
 	if ctx == nil {
 		return nil, invalid("context", "nil")
 	}
@@ -202,7 +219,7 @@ func (m *Manager) acquireLoop(ctx context.Context, resource, key string, ac *acq
 		if !firstAmbiguous.IsZero() {
 			// An attempt may still run on the server: release its token in
 			// the background so it cannot strand the key until its TTL.
-			m.sched.addOrphan(key, token, firstAmbiguous.Add(ac.ttl))
+			m.orphan(tg, token, firstAmbiguous.Add(ac.ttl))
 		}
 		return nil, err
 	}
@@ -211,7 +228,18 @@ func (m *Manager) acquireLoop(ctx context.Context, resource, key string, ac *acq
 		if attempt > 1 {
 			sendAt = time.Now()
 		}
-		status, fence, replicas, err := m.attempt(ctx, key, token, ac)
+		var (
+			status, replicas int
+			fence            uint64
+			fences           []uint64
+			held             []int
+			err              error
+		)
+		if tg.batch == nil {
+			status, fence, replicas, err = m.attempt(ctx, tg.key, token, ac)
+		} else {
+			status, fences, held, replicas, err = m.attemptBatch(ctx, tg.batch, token, ac)
+		}
 		switch {
 		case err != nil:
 			if isAmbiguous(err) && firstAmbiguous.IsZero() {
@@ -221,7 +249,7 @@ func (m *Manager) acquireLoop(ctx context.Context, resource, key string, ac *acq
 				return fail(errors.Join(ErrNotAcquired, ctx.Err()))
 			}
 			if !wait || !isTransient(err) {
-				return fail(fmt.Errorf("shardlock: acquire %q: %w", resource, err))
+				return fail(fmt.Errorf("shardlock: acquire %q: %w", tg.resource, err))
 			}
 			m.reloadTopology(ctx)
 		case status != attemptContended:
@@ -229,17 +257,23 @@ func (m *Manager) acquireLoop(ctx context.Context, resource, key string, ac *acq
 			if status == attemptReplay && !firstAmbiguous.IsZero() {
 				validFrom = firstAmbiguous // the key may have been set that early
 			}
-			l := m.newLock(resource, key, token, fence, start, validFrom, ac)
+			l := m.newLock(tg.resource, tg.key, token, fence, start, validFrom, ac)
 			l.replicas = replicas
+			if tg.batch != nil {
+				l.multi = &batchInfo{resources: tg.batch.resources, keys: tg.batch.keys, fences: fences}
+				if len(fences) > 0 {
+					l.fence = fences[0]
+				}
+			}
 			if m.cfg.replicas > 0 && replicas < m.cfg.replicas && m.cfg.replicaPolicy == ReplicaFail {
-				m.sched.addOrphan(key, token, l.validUntil.Time())
+				m.orphan(tg, token, l.validUntil.Time())
 				return nil, &ReplicaAckError{Want: m.cfg.replicas, Got: replicas}
 			}
 			if !monoNow().Before(l.validUntil) {
 				// The reply came after the lock would have expired. The
 				// token goes to the orphan reaper, so later attempts need a
 				// token of their own.
-				m.sched.addOrphan(key, token, l.validUntil.Time())
+				m.orphan(tg, token, l.validUntil.Time())
 				if !wait {
 					return nil, ErrNotAcquired
 				}
@@ -255,8 +289,12 @@ func (m *Manager) acquireLoop(ctx context.Context, resource, key string, ac *acq
 			}
 			return l, nil
 		}
+		notAcquired := ErrNotAcquired
+		if len(held) > 0 {
+			notAcquired = tg.batch.heldError(held)
+		}
 		if !wait {
-			return fail(ErrNotAcquired)
+			return fail(notAcquired)
 		}
 		if !waiting && ac.cls != nil {
 			waiting = true
@@ -265,7 +303,7 @@ func (m *Manager) acquireLoop(ctx context.Context, resource, key string, ac *acq
 		d := ac.retry.NextBackoff(attempt)
 		remaining := time.Until(waitUntil)
 		if d < 0 || remaining <= 0 {
-			return fail(ErrNotAcquired)
+			return fail(notAcquired)
 		}
 		d = min(d, remaining)
 		if timer == nil {
@@ -275,7 +313,7 @@ func (m *Manager) acquireLoop(ctx context.Context, resource, key string, ac *acq
 		}
 		select {
 		case <-ctx.Done():
-			return fail(errors.Join(ErrNotAcquired, ctx.Err()))
+			return fail(errors.Join(notAcquired, ctx.Err()))
 		case <-timer.C:
 		}
 		if m.closed.Load() {
@@ -420,9 +458,20 @@ func (m *Manager) releaseAll(ctx context.Context, locks []*Lock, orphans []orpha
 		lock       *Lock
 	}
 	var items []item
+	var batches []*Lock
 	for _, l := range locks {
+		if l.multi != nil {
+			batches = append(batches, l) // rare: released one by one below
+			continue
+		}
 		if l.beginRelease() {
 			items = append(items, item{l.key, l.token, l})
+		}
+	}
+	var batchErr error
+	for _, l := range batches {
+		if err := l.Release(ctx); err != nil && !errors.Is(err, ErrLockLost) && !errors.Is(err, ErrNotHeld) && !errors.Is(err, ErrExpired) {
+			batchErr = errors.Join(batchErr, err)
 		}
 	}
 	for _, o := range orphans {
@@ -458,9 +507,9 @@ func (m *Manager) releaseAll(ctx context.Context, locks []*Lock, orphans []orpha
 		}
 	}
 	if failed > 0 {
-		return fmt.Errorf("shardlock: close: %d locks not released: %w", failed, err)
+		return errors.Join(fmt.Errorf("shardlock: close: %d locks not released: %w", failed, err), batchErr)
 	}
-	return nil
+	return batchErr
 }
 
 // releaseResult turns a release script reply into Release's error.

@@ -306,7 +306,11 @@ func (s *scheduler) process(nowTime time.Time, due []*Lock, orphans []orphan) {
 			}
 			l.mu.Unlock()
 			renewals = append(renewals, r)
-			calls = append(calls, scriptCall{script: scripts.Extend, keys: l.keys[:],
+			script := scripts.Extend
+			if l.multi != nil {
+				script = scripts.ExtendBatch
+			}
+			calls = append(calls, scriptCall{script: script, keys: l.scriptKeys(),
 				args: []any{l.token, strconv.FormatInt(r.ttl.Milliseconds(), 10)}})
 			continue
 		}

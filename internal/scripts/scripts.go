@@ -18,6 +18,14 @@ var (
 	extendSrc string
 	//go:embed pttl.lua
 	pttlSrc string
+	//go:embed acquire_batch.lua
+	acquireBatchSrc string
+	//go:embed release_batch.lua
+	releaseBatchSrc string
+	//go:embed extend_batch.lua
+	extendBatchSrc string
+	//go:embed pttl_batch.lua
+	pttlBatchSrc string
 )
 
 // The scripts. Their contracts are in the .lua files.
@@ -26,7 +34,13 @@ var (
 	Release       = redis.NewScript(releaseSrc)
 	Extend        = redis.NewScript(extendSrc)
 	PTTL          = redis.NewScript(pttlSrc)
+	AcquireBatch  = redis.NewScript(acquireBatchSrc)
+	ReleaseBatch  = redis.NewScript(releaseBatchSrc)
+	ExtendBatch   = redis.NewScript(extendBatchSrc)
+	PTTLBatch     = redis.NewScript(pttlBatchSrc)
 )
 
 // All lists every script, for preloading.
-func All() []*redis.Script { return []*redis.Script{AcquireFenced, Release, Extend, PTTL} }
+func All() []*redis.Script {
+	return []*redis.Script{AcquireFenced, Release, Extend, PTTL, AcquireBatch, ReleaseBatch, ExtendBatch, PTTLBatch}
+}

@@ -1,0 +1,20 @@
+-- Remaining TTL of a batch lock, only for its holder: the smallest PTTL.
+-- KEYS[1..n] lock keys; ARGV[1] token
+-- Returns the smallest PTTL in milliseconds (>= 0) when every key holds the
+-- token, -2 when another token holds one, else -1 (a key is gone).
+local least = -1
+local gone = false
+for i = 1, #KEYS do
+  local v = redis.call('GET', KEYS[i])
+  if v == false then
+    gone = true
+  elseif v ~= ARGV[1] then
+    return -2
+  else
+    local t = redis.call('PTTL', KEYS[i])
+    if t < 0 then t = 0 end
+    if least < 0 or t < least then least = t end
+  end
+end
+if gone then return -1 end
+return least

@@ -1,0 +1,17 @@
+-- Compare-and-delete of several keys of one slot.
+-- KEYS[1..n] lock keys; ARGV[1] token
+-- Deletes every key that holds the token. Returns one status per key:
+-- 1 deleted, 0 gone, -1 held by another token.
+local out = {}
+for i = 1, #KEYS do
+  local v = redis.call('GET', KEYS[i])
+  if v == ARGV[1] then
+    redis.call('DEL', KEYS[i])
+    out[i] = 1
+  elseif v == false then
+    out[i] = 0
+  else
+    out[i] = -1
+  end
+end
+return out

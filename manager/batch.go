@@ -1,0 +1,294 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/shardlock/shardlock/internal/scripts"
+	"github.com/shardlock/shardlock/sharding"
+)
+
+// MaxBatch bounds the resources of one batch lock.
+const MaxBatch = 128
+
+// ErrCrossSlot is matched by every *CrossSlotError.
+var ErrCrossSlot = errors.New("shardlock: batch resources are in different cluster slots")
+
+// CrossSlotError reports batch resources that do not share a slot, found
+// before any round trip. Build co-located names with sharding.Group. It
+// matches ErrCrossSlot and ErrInvalidArgument.
+type CrossSlotError struct {
+	Slots map[string]int // resource -> slot
+}
+
+func (e *CrossSlotError) Error() string {
+	parts := make([]string, 0, len(e.Slots))
+	for r, s := range e.Slots {
+		parts = append(parts, fmt.Sprintf("%q:%d", r, s))
+	}
+	sort.Strings(parts)
+	return "shardlock: batch resources are in different cluster slots: " + strings.Join(parts, ", ")
+}
+
+// Unwrap returns ErrCrossSlot and ErrInvalidArgument.
+func (e *CrossSlotError) Unwrap() []error { return []error{ErrCrossSlot, ErrInvalidArgument} }
+
+// BatchHeldError reports the resources of a batch that other owners held
+// when the batch was not acquired. It matches ErrNotAcquired.
+type BatchHeldError struct {
+	Held []string
+}
+
+func (e *BatchHeldError) Error() string {
+	return fmt.Sprintf("shardlock: lock not acquired: held by others: %s", strings.Join(e.Held, ", "))
+}
+
+// Unwrap returns ErrNotAcquired.
+func (e *BatchHeldError) Unwrap() error { return ErrNotAcquired }
+
+// BatchReleaseError reports, per resource, why a batch release did not
+// delete every key (ErrNotHeld or ErrExpired; resources released cleanly
+// are absent). It matches ErrNotHeld when any key was someone else's, else
+// ErrExpired.
+type BatchReleaseError struct {
+	Results map[string]error
+}
+
+func (e *BatchReleaseError) Error() string {
+	parts := make([]string, 0, len(e.Results))
+	for r, err := range e.Results {
+		parts = append(parts, fmt.Sprintf("%s: %v", r, err))
+	}
+	sort.Strings(parts)
+	return "shardlock: batch release: " + strings.Join(parts, "; ")
+}
+
+// Unwrap returns ErrNotHeld if any resource was someone else's, else ErrExpired.
+func (e *BatchReleaseError) Unwrap() error {
+	for _, err := range e.Results {
+		if errors.Is(err, ErrNotHeld) {
+			return ErrNotHeld
+		}
+	}
+	return ErrExpired
+}
+
+// batchInfo is what a batch lock holds besides a single lock's fields.
+type batchInfo struct {
+	resources []string
+	keys      []string
+	fences    []uint64
+}
+
+func (b *batchInfo) heldError(idx []int) error {
+	held := make([]string, 0, len(idx))
+	for _, i := range idx {
+		if i >= 1 && i <= len(b.resources) {
+			held = append(held, b.resources[i-1])
+		}
+	}
+	return &BatchHeldError{Held: held}
+}
+
+// TryAcquireBatch makes one attempt to lock every resource, all or none, in
+// one script. The resources must share a cluster slot (build them with
+// sharding.Group); the lock releases, extends and renews them together, and
+// is lost as a whole if any key is lost.
+//
+// It returns a *BatchHeldError (matching ErrNotAcquired) naming the
+// resources others hold, a *CrossSlotError for resources in different
+// slots, an *InvalidArgumentError for an empty batch, more than MaxBatch
+// resources, a duplicate or a bad resource, and otherwise what TryAcquire
+// returns.
+func (m *Manager) TryAcquireBatch(ctx context.Context, resources []string, opts ...AcquireOption) (*Lock, error) {
+	return m.acquireBatch(ctx, resources, opts, false)
+}
+
+// AcquireBatch is TryAcquireBatch that waits as Acquire does.
+func (m *Manager) AcquireBatch(ctx context.Context, resources []string, opts ...AcquireOption) (*Lock, error) {
+	return m.acquireBatch(ctx, resources, opts, true)
+}
+
+func (m *Manager) acquireBatch(ctx context.Context, resources []string, opts []AcquireOption, wait bool) (*Lock, error) {
+	if len(resources) == 0 || len(resources) > MaxBatch {
+		return nil, invalid("batch", "%d resources, want 1 to %d", len(resources), MaxBatch)
+	}
+	ac, key0, err := m.acquireConfig(resources[0], opts)
+	if err != nil {
+		return nil, err
+	}
+	b := &batchInfo{resources: append([]string(nil), resources...), keys: make([]string, len(resources))}
+	slots := make(map[string]int, len(resources))
+	seen := make(map[string]bool, len(resources))
+	for i, r := range resources {
+		if seen[r] {
+			return nil, invalid("batch", "resource %q appears twice", r)
+		}
+		seen[r] = true
+		if len(r) > MaxResourceLen {
+			return nil, invalid("resource", "%d bytes, more than %d", len(r), MaxResourceLen)
+		}
+		if b.keys[i], err = sharding.LockKey(m.cfg.prefix, r); err != nil {
+			return nil, invalid("resource", "%q: %v", r, err)
+		}
+		slots[r] = sharding.Slot(b.keys[i])
+	}
+	for _, r := range resources {
+		if slots[r] != slots[resources[0]] {
+			return nil, &CrossSlotError{Slots: slots}
+		}
+	}
+	if m.mx != nil {
+		name := ac.class
+		if name == "" && m.cfg.classFunc != nil {
+			name = m.cfg.classFunc(resources[0])
+		}
+		ac.cls = m.mx.Class(name)
+	}
+	start := time.Now()
+	l, err := m.acquireLoop(ctx, target{resource: resources[0], key: key0, batch: b}, &ac, wait, start)
+	if ac.cls != nil {
+		if err == nil {
+			ac.cls.Acquired(time.Since(start))
+		} else {
+			ac.cls.AcquireFailed(time.Since(start), acquireReason(err, wait))
+		}
+	}
+	return l, err
+}
+
+// attemptBatch makes one batch acquire round trip.
+func (m *Manager) attemptBatch(ctx context.Context, b *batchInfo, token string, ac *acquireConfig) (status int, fences []uint64, held []int, replicas int, err error) {
+	keys := b.keys
+	fencing := "0"
+	if ac.fencing {
+		fencing = "1"
+		keys = make([]string, 0, 2*len(b.keys))
+		keys = append(keys, b.keys...)
+		for _, k := range b.keys {
+			keys = append(keys, sharding.FenceKey(k))
+		}
+	}
+	var res []any
+	if m.cfg.replicas > 0 {
+		// The write and WAIT share one connection to the owning master.
+		node, err := m.nodeFor(ctx, b.keys[0])
+		if err != nil {
+			return 0, nil, nil, 0, err
+		}
+		pipe := node.Pipeline()
+		acq := scripts.AcquireBatch.Eval(ctx, pipe, keys, token, ac.ttlMs, fencing)
+		waitc := pipe.Do(ctx, "wait", m.cfg.replicas, m.cfg.replicaTimeout.Milliseconds())
+		_, _ = pipe.Exec(ctx)
+		if res, err = acq.Slice(); err != nil {
+			return 0, nil, nil, 0, err
+		}
+		n, _ := waitc.Int64() // a failed WAIT counts as no replica
+		replicas = int(n)
+	} else if res, err = scripts.AcquireBatch.Run(ctx, m.cmd, keys, token, ac.ttlMs, fencing).Slice(); err != nil {
+		return 0, nil, nil, 0, err
+	}
+	if len(res) == 0 {
+		return 0, nil, nil, 0, fmt.Errorf("shardlock: unexpected batch acquire reply %v", res)
+	}
+	st, _ := res[0].(int64)
+	ints := make([]int64, 0, len(res)-1)
+	for _, v := range res[1:] {
+		n, _ := v.(int64)
+		ints = append(ints, n)
+	}
+	if st == attemptContended {
+		held = make([]int, len(ints))
+		for i, n := range ints {
+			held[i] = int(n)
+		}
+		return attemptContended, nil, held, replicas, nil
+	}
+	if ac.fencing {
+		fences = make([]uint64, len(ints))
+		for i, n := range ints {
+			fences[i] = uint64(n)
+		}
+	}
+	return int(st), fences, nil, replicas, nil
+}
+
+// Resources returns the resources the lock holds: one, or a batch's.
+func (l *Lock) Resources() []string {
+	if l == nil {
+		return nil
+	}
+	if l.multi != nil {
+		return append([]string(nil), l.multi.resources...)
+	}
+	return []string{l.resource}
+}
+
+// Keys returns the Redis keys the lock holds.
+func (l *Lock) Keys() []string {
+	if l == nil {
+		return nil
+	}
+	return append([]string(nil), l.scriptKeys()...)
+}
+
+// Fences returns the fencing token of each resource (see Resources), or nil
+// when fencing is off.
+func (l *Lock) Fences() []uint64 {
+	if l == nil || l.fence == 0 {
+		return nil
+	}
+	if l.multi != nil {
+		return append([]uint64(nil), l.multi.fences...)
+	}
+	return []uint64{l.fence}
+}
+
+// scriptKeys returns the keys a script call on the lock names.
+func (l *Lock) scriptKeys() []string {
+	if l.multi != nil {
+		return l.multi.keys
+	}
+	return l.keys[:]
+}
+
+// releaseBatchOnce runs the batch release script: nil when every key was
+// deleted, else a *BatchReleaseError. ambiguous and validUntil work as in
+// releaseResult: a key found gone after a try whose reply was lost, while
+// the lock was valid, was deleted by that try.
+func (l *Lock) releaseBatchOnce(ctx context.Context, ambiguous bool, validUntil time.Time) (result, redisErr error) {
+	sentAt := time.Now()
+	res, err := scripts.ReleaseBatch.Run(ctx, l.m.cmd, l.multi.keys, l.token).Int64Slice()
+	if err != nil {
+		return nil, err
+	}
+	var be *BatchReleaseError
+	for i, r := range res {
+		var e error
+		switch r {
+		case 1:
+			continue
+		case 0:
+			if ambiguous && sentAt.Before(validUntil) {
+				continue
+			}
+			e = ErrExpired
+		default:
+			e = ErrNotHeld
+		}
+		if be == nil {
+			be = &BatchReleaseError{Results: map[string]error{}}
+		}
+		if i < len(l.multi.resources) {
+			be.Results[l.multi.resources[i]] = e
+		}
+	}
+	if be == nil {
+		return nil, nil
+	}
+	return be, nil
+}

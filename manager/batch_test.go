@@ -1,0 +1,216 @@
+package manager_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardlock/shardlock/internal/testenv"
+	"github.com/shardlock/shardlock/manager"
+	"github.com/shardlock/shardlock/sharding"
+)
+
+func group(t testing.TB, g string, parts ...string) []string {
+	t.Helper()
+	out := make([]string, len(parts))
+	for i, p := range parts {
+		var err error
+		if out[i], err = sharding.Group(g, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+func TestBatchBadInputMakesNoRoundTrip(t *testing.T) {
+	_, c := miniClient(t)
+	hook := &faultHook{}
+	c.AddHook(hook)
+	m := newManager(t, c, manager.WithAutoPipeline(false))
+	ctx := ctxT(t)
+	before := hook.seen.Load()
+	many := make([]string, manager.MaxBatch+1)
+	for i := range many {
+		many[i], _ = sharding.Group("g", fmt.Sprint(i))
+	}
+	tests := []struct {
+		name string
+		give []string
+	}{
+		{"empty", nil},
+		{"too many", many},
+		{"duplicate", []string{"{g}:a", "{g}:a"}},
+		{"bad resource", []string{"{g}:a", "a}b"}},
+	}
+	for _, tt := range tests {
+		if _, err := m.TryAcquireBatch(ctx, tt.give); !errors.Is(err, manager.ErrInvalidArgument) {
+			t.Errorf("%s: %v", tt.name, err)
+		}
+	}
+	_, err := m.TryAcquireBatch(ctx, []string{"order:1", "order:2"})
+	var cse *manager.CrossSlotError
+	if !errors.As(err, &cse) || !errors.Is(err, manager.ErrCrossSlot) || len(cse.Slots) != 2 {
+		t.Fatalf("cross-slot batch: %v", err)
+	}
+	if n := hook.seen.Load() - before; n != 0 {
+		t.Fatalf("bad batches sent %d commands", n)
+	}
+}
+
+func TestBatchAllOrNothing(t *testing.T) {
+	mr, c := miniClient(t)
+	m := newManager(t, c, manager.WithFencing(true))
+	ctx := ctxT(t)
+	res := group(t, "order:123", "stock", "payment", "shipping")
+
+	// One resource held elsewhere: nothing of the batch is taken.
+	single, err := m.TryAcquire(ctx, res[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.TryAcquireBatch(ctx, res)
+	var bhe *manager.BatchHeldError
+	if !errors.As(err, &bhe) || !errors.Is(err, manager.ErrNotAcquired) || len(bhe.Held) != 1 || bhe.Held[0] != res[1] {
+		t.Fatalf("batch over a held resource: %v", err)
+	}
+	for _, r := range []string{res[0], res[2]} {
+		if mr.Exists("shardlock:" + r) {
+			t.Fatalf("%s was taken by a failed batch", r)
+		}
+	}
+	_ = single.Release(ctx)
+
+	l, err := m.TryAcquireBatch(ctx, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Resources(); strings.Join(got, ",") != strings.Join(res, ",") {
+		t.Fatalf("Resources = %v", got)
+	}
+	for _, k := range l.Keys() {
+		if v, _ := mr.Get(k); v != l.Token() {
+			t.Fatalf("%s holds %q", k, v)
+		}
+	}
+	if f := l.Fences(); len(f) != 3 || f[0] == 0 || f[1] != 2 || l.Fence() != f[0] {
+		t.Fatalf("fences %v (fence %d)", f, l.Fence())
+	}
+	if err := l.Extend(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := l.TTL(ctx); err != nil || d < 50*time.Second {
+		t.Fatalf("TTL %v %v", d, err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range l.Keys() {
+		if mr.Exists(k) {
+			t.Fatalf("%s left after Release", k)
+		}
+	}
+}
+
+func TestBatchReleaseReportsPerResource(t *testing.T) {
+	mr, c := miniClient(t)
+	m := newManager(t, c, manager.WithWatchdog(false))
+	ctx := ctxT(t)
+	res := group(t, "g", "a", "b", "c")
+	l, err := m.TryAcquireBatch(ctx, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := l.Keys()
+	mr.Set(keys[1], "thief")
+	mr.Del(keys[2])
+	err = l.Release(ctx)
+	var bre *manager.BatchReleaseError
+	if !errors.As(err, &bre) || !errors.Is(err, manager.ErrNotHeld) {
+		t.Fatalf("Release = %v", err)
+	}
+	if !errors.Is(bre.Results[res[1]], manager.ErrNotHeld) || !errors.Is(bre.Results[res[2]], manager.ErrExpired) || bre.Results[res[0]] != nil {
+		t.Fatalf("results %v", bre.Results)
+	}
+	if mr.Exists(keys[0]) {
+		t.Fatal("the key still held was not deleted")
+	}
+	if v, _ := mr.Get(keys[1]); v != "thief" {
+		t.Fatal("another owner's key was deleted")
+	}
+}
+
+func TestBatchLostAsAWhole(t *testing.T) {
+	mr, c := miniClient(t)
+	m := newManager(t, c, manager.WithTTL(3*time.Second), manager.WithRenewInterval(20*time.Millisecond))
+	ctx := ctxT(t)
+	l, err := m.TryAcquireBatch(ctx, group(t, "g", "a", "b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mr.Del(l.Keys()[1])
+	waitDone(t, l, 2*time.Second)
+	if !errors.Is(l.Err(), manager.ErrLockLost) || !errors.Is(l.Err(), manager.ErrExpired) {
+		t.Fatalf("Err = %v", l.Err())
+	}
+	if v, _ := mr.Get(l.Keys()[0]); v != l.Token() {
+		t.Fatal("a lost batch's renewal touched the other key")
+	}
+}
+
+func TestRealBatch(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, c redis.UniversalClient) {
+		m := newManager(t, c, manager.WithTTL(300*time.Millisecond), manager.WithFencing(true))
+		ctx := ctxT(t)
+		res := group(t, testenv.Unique("order"), "stock", "payment", "invoice")
+		l, err := m.AcquireBatch(ctx, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.TryAcquire(ctx, res[2]); !errors.Is(err, manager.ErrNotAcquired) {
+			t.Fatalf("a batch member taken alone: %v", err)
+		}
+		// The watchdog renews all keys well past the TTL.
+		select {
+		case <-l.Done():
+			t.Fatalf("lost: %v", l.Err())
+		case <-time.After(time.Second):
+		}
+		for _, k := range l.Keys() {
+			if pttl := c.PTTL(ctx, k).Val(); pttl <= 0 {
+				t.Fatalf("%s PTTL %v", k, pttl)
+			}
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range l.Keys() {
+			if c.Exists(ctx, k).Val() != 0 {
+				t.Fatalf("%s left", k)
+			}
+		}
+		// Cross-slot resources are refused before any round trip.
+		if _, err := m.TryAcquireBatch(ctx, []string{"x:1", "x:2"}); !errors.Is(err, manager.ErrCrossSlot) {
+			t.Fatalf("cross-slot: %v", err)
+		}
+	})
+}
+
+func TestRealBatchReplicaAck(t *testing.T) {
+	c := testenv.Cluster(t)
+	m := newManager(t, c, manager.WithReplicaAck(1, time.Second, manager.ReplicaFail))
+	ctx := ctxT(t)
+	l, err := m.TryAcquireBatch(ctx, group(t, testenv.Unique("g"), "a", "b"))
+	if err != nil || l.Replicas() != 1 {
+		t.Fatalf("batch with WAIT: %v, replicas %d", err, l.Replicas())
+	}
+	if err := l.Extend(ctx, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
