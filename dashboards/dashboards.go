@@ -111,8 +111,8 @@ func Overview() (dashboard.Dashboard, error) {
 	b.WithPanel(series("Acquire rate by outcome", "Acquisitions that took the lock, and failures by reason.", units.OpsPerSecond, 12,
 		query(fmt.Sprintf(`sum(%s) - sum(%s)`, rate(metrics.AcquireAttemptsTotal, libSel), rate(metrics.AcquireFailuresTotal, libSel)), "acquired"),
 		query(fmt.Sprintf(`sum by (%s) (%s)`, metrics.LabelReason, rate(metrics.AcquireFailuresTotal, libSel)), "{{reason}}")))
-	b.WithPanel(series("Acquire failure ratio (not contention)", "Failures other than contended, timeout or canceled, over attempts, by lock class.", units.PercentUnit, 12,
-		query(fmt.Sprintf(`sum by (%[1]s) (rate(%[2]s{%[3]s,reason!~"contended|timeout|canceled"}[$__rate_interval])) / sum by (%[1]s) (%[4]s)`,
+	b.WithPanel(series("Acquire failure ratio (not contention)", "Failures other than contended, timeout, canceled or too_many_waiters, over attempts, by lock class.", units.PercentUnit, 12,
+		query(fmt.Sprintf(`sum by (%[1]s) (rate(%[2]s{%[3]s,reason!~"contended|timeout|canceled|too_many_waiters"}[$__rate_interval])) / sum by (%[1]s) (%[4]s)`,
 			metrics.LabelClass, metrics.AcquireFailuresTotal, libSel, rate(metrics.AcquireAttemptsTotal, libSel)), "{{lock_class}}")))
 	b.WithPanel(series("Acquire latency", "Time in an acquire, waiting included (histogram quantiles).", units.Seconds, 12,
 		query(quantile("0.5", metrics.AcquireDurationSeconds), "p50"),

@@ -35,6 +35,10 @@ var (
 	ErrReplicaAck = errors.New("shardlock: too few replicas acknowledged")
 	// ErrUnsupportedServer is matched by every *ServerVersionError.
 	ErrUnsupportedServer = errors.New("shardlock: unsupported Redis server")
+	// ErrTooManyWaiters: the resource already has the most local waiters
+	// allowed (WithMaxLocalWaiters); the acquire failed fast. It matches
+	// ErrNotAcquired too.
+	ErrTooManyWaiters = fmt.Errorf("shardlock: too many local waiters: %w", ErrNotAcquired)
 	// ErrBadToken: a string is not a shardlock token (see ParseToken).
 	ErrBadToken = errors.New("shardlock: malformed token")
 )

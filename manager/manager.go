@@ -40,6 +40,8 @@ type Manager struct {
 	closeOnce  sync.Once
 	lastReload atomic.Int64
 	defaultAC  acquireConfig // the configuration of an acquire without options
+	notify     *notifier     // nil with notifications off
+	queues     localQueues
 	mx         *metrics.Metrics
 	unregister func() // removes this manager's held locks from mx
 }
@@ -84,6 +86,10 @@ func New(client Client, opts ...Option) (*Manager, error) {
 			return nil, fmt.Errorf("shardlock: auto-pipeline: %w", err)
 		}
 		m.cmd = ap
+	}
+	m.queues = localQueues{queues: map[string]*localQueue{}, max: cfg.maxWaiters}
+	if cfg.notifications {
+		m.notify = newNotifier(m)
 	}
 	m.sched = newScheduler(m)
 	m.unregister = m.mx.AddHeldSource(m.sched.eachHeld)
@@ -162,6 +168,8 @@ func acquireReason(err error, wait bool) string {
 		return metrics.ReasonClosed
 	case errors.Is(err, ErrReplicaAck):
 		return metrics.ReasonReplicaAck
+	case errors.Is(err, ErrTooManyWaiters):
+		return metrics.ReasonTooManyWaiters
 	case errors.Is(err, context.Canceled):
 		return metrics.ReasonCanceled
 	case errors.Is(err, context.DeadlineExceeded):
@@ -209,10 +217,19 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 		firstAmbiguous time.Time // send time of the first attempt whose outcome we never learned
 		waitUntil      = start.Add(ac.wait)
 		timer          *time.Timer
+		wake           chan struct{} // release notifications, once waiting
+		queue          *localQueue   // this process's queue for the resource, once waiting
+		myTurn         bool          // this waiter is the one contending in Redis
 	)
 	defer func() {
 		if timer != nil {
 			timer.Stop()
+		}
+		if queue != nil {
+			if myTurn {
+				queue.turn <- struct{}{} // the next local waiter contends
+			}
+			m.queues.leave(tg.key, queue)
 		}
 	}()
 	fail := func(err error) (*Lock, error) {
@@ -300,6 +317,42 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 			waiting = true
 			ac.cls.Waiting(1)
 		}
+		if tg.batch == nil && queue == nil {
+			// Queue up behind this process's other waiters for the
+			// resource: only the one whose turn it is contends in Redis.
+			q, err := m.queues.join(tg.key)
+			if err != nil {
+				return fail(err)
+			}
+			queue = q
+			if remaining := time.Until(waitUntil); remaining > 0 {
+				if timer == nil {
+					timer = time.NewTimer(remaining)
+				} else {
+					timer.Reset(remaining)
+				}
+				select {
+				case <-queue.turn:
+					myTurn = true
+				case <-ctx.Done():
+					return fail(errors.Join(notAcquired, ctx.Err()))
+				case <-timer.C:
+				}
+			}
+			if !myTurn {
+				return fail(notAcquired)
+			}
+			if m.notify != nil {
+				wake = make(chan struct{}, 1)
+				live, unwatch := m.notify.watch(ctx, tg.key, wake)
+				defer unwatch()
+				if live {
+					continue // a release before the subscription went unannounced: look again now
+				}
+			}
+		} else if wake != nil {
+			m.notify.refresh(ctx, tg.key)
+		}
 		d := ac.retry.NextBackoff(attempt)
 		remaining := time.Until(waitUntil)
 		if d < 0 || remaining <= 0 {
@@ -315,6 +368,7 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 		case <-ctx.Done():
 			return fail(errors.Join(notAcquired, ctx.Err()))
 		case <-timer.C:
+		case <-wake:
 		}
 		if m.closed.Load() {
 			return fail(ErrClosed)
@@ -446,6 +500,9 @@ func (m *Manager) Close(ctx context.Context) error {
 		locks, orphans := m.sched.stop()
 		m.unregister()
 		err = m.releaseAll(ctx, locks, orphans)
+		if m.notify != nil {
+			m.notify.close()
+		}
 	})
 	return err
 }

@@ -62,6 +62,8 @@ type config struct {
 	traceID        func(context.Context) string
 	metrics        *metrics.Metrics
 	classFunc      func(resource string) string
+	notifications  bool
+	maxWaiters     int
 }
 
 func defaultConfig() config {
@@ -70,15 +72,16 @@ func defaultConfig() config {
 		owner = h
 	}
 	return config{
-		prefix:       sharding.DefaultPrefix,
-		ttl:          DefaultTTL,
-		owner:        fmt.Sprintf("%s:%d", owner, os.Getpid()),
-		logger:       zap.NewNop(),
-		retry:        DefaultRetry(),
-		wait:         DefaultWait,
-		watchdog:     true,
-		autoPipeline: true,
-		startupCheck: DefaultStartup,
+		prefix:        sharding.DefaultPrefix,
+		ttl:           DefaultTTL,
+		owner:         fmt.Sprintf("%s:%d", owner, os.Getpid()),
+		logger:        zap.NewNop(),
+		retry:         DefaultRetry(),
+		wait:          DefaultWait,
+		watchdog:      true,
+		autoPipeline:  true,
+		startupCheck:  DefaultStartup,
+		notifications: true,
 	}
 }
 
@@ -163,6 +166,18 @@ func WithTraceID(f func(context.Context) string) Option {
 	return optionFunc(func(c *config) { c.traceID = f })
 }
 
+// WithNotifications turns waiting on release notifications on or off. On
+// (the default), a waiting Acquire wakes when the lock's holder releases it
+// (sharded pub/sub, one connection per node shared by all waiters) and
+// re-checks on the retry strategy's timer besides, since notifications can
+// be lost and an expiring key announces nothing. Off, it only polls.
+func WithNotifications(on bool) Option { return optionFunc(func(c *config) { c.notifications = on }) }
+
+// WithMaxLocalWaiters caps the Acquire calls of this Manager waiting for
+// one resource; past it, Acquire fails at once with ErrTooManyWaiters.
+// The default (0) is no cap.
+func WithMaxLocalWaiters(n int) Option { return optionFunc(func(c *config) { c.maxWaiters = n }) }
+
 // WithMetrics records the manager's acquires, releases, renewals, losses,
 // holds and waiters in m (see package metrics). The default is no metrics.
 func WithMetrics(m *metrics.Metrics) Option { return optionFunc(func(c *config) { c.metrics = m }) }
@@ -209,6 +224,9 @@ func (c *config) validate() error {
 	}
 	if c.replicaPolicy != ReplicaFail && c.replicaPolicy != ReplicaReport {
 		return invalid("replica ack", "unknown policy %d", c.replicaPolicy)
+	}
+	if c.maxWaiters < 0 {
+		return invalid("max local waiters", "%d is negative", c.maxWaiters)
 	}
 	if c.startupCheck < 0 {
 		return invalid("startup check", "%v is negative", c.startupCheck)

@@ -57,23 +57,24 @@ const (
 
 // Reasons: the closed set of values of the reason label.
 const (
-	ReasonContended  = "contended"   // the lock was held (TryAcquire)
-	ReasonTimeout    = "timeout"     // the wait limit, the attempts or the context deadline ran out
-	ReasonCanceled   = "canceled"    // the caller's context was cancelled
-	ReasonInvalid    = "invalid"     // bad input, refused before any round trip
-	ReasonClosed     = "closed"      // the manager was closed
-	ReasonReplicaAck = "replica_ack" // too few replicas acknowledged the write
-	ReasonRedisError = "redis_error" // Redis failed (network, failover, ...)
-	ReasonNotHeld    = "not_held"    // another owner holds the key
-	ReasonExpired    = "expired"     // the key was gone
-	ReasonValidity   = "validity"    // the validity ran out with no successful renewal
-	ReasonMaxHold    = "max_hold"    // the lock reached its max hold and expired
+	ReasonContended      = "contended"        // the lock was held (TryAcquire)
+	ReasonTimeout        = "timeout"          // the wait limit, the attempts or the context deadline ran out
+	ReasonCanceled       = "canceled"         // the caller's context was cancelled
+	ReasonInvalid        = "invalid"          // bad input, refused before any round trip
+	ReasonClosed         = "closed"           // the manager was closed
+	ReasonReplicaAck     = "replica_ack"      // too few replicas acknowledged the write
+	ReasonRedisError     = "redis_error"      // Redis failed (network, failover, ...)
+	ReasonTooManyWaiters = "too_many_waiters" // the local waiter cap was reached
+	ReasonNotHeld        = "not_held"         // another owner holds the key
+	ReasonExpired        = "expired"          // the key was gone
+	ReasonValidity       = "validity"         // the validity ran out with no successful renewal
+	ReasonMaxHold        = "max_hold"         // the lock reached its max hold and expired
 )
 
 // The reasons of each failure counter, pre-created at 0 for every class.
 var (
 	AcquireFailureReasons = []string{ReasonContended, ReasonTimeout, ReasonCanceled, ReasonInvalid,
-		ReasonClosed, ReasonReplicaAck, ReasonRedisError}
+		ReasonClosed, ReasonReplicaAck, ReasonRedisError, ReasonTooManyWaiters}
 	ReleaseFailureReasons = []string{ReasonNotHeld, ReasonExpired, ReasonRedisError}
 	RenewalFailureReasons = []string{ReasonNotHeld, ReasonExpired, ReasonRedisError}
 	LostReasons           = []string{ReasonNotHeld, ReasonExpired, ReasonValidity, ReasonMaxHold}

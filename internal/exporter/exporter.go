@@ -191,16 +191,21 @@ func (e *Exporter) Scan(ctx context.Context) *ScanResult {
 			if err != nil {
 				return err
 			}
-			if err := e.examine(ctx, c, keys, res, &mu, classes, start); err != nil {
-				return err
-			}
+			// Take no more keys than the cap has left (masters scan at once).
 			mu.Lock()
+			budget := e.cfg.MaxKeys - examined
+			if len(keys) > budget {
+				keys, next = keys[:max(budget, 0)], 1 // cut short: there were more
+			}
 			examined += len(keys)
 			stop := examined >= e.cfg.MaxKeys
 			if stop && next != 0 {
 				res.Truncated = true
 			}
 			mu.Unlock()
+			if err := e.examine(ctx, c, keys, res, &mu, classes, start); err != nil {
+				return err
+			}
 			if next == 0 || stop {
 				return nil
 			}

@@ -1,0 +1,124 @@
+package manager_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardlock/shardlock/internal/testenv"
+	"github.com/shardlock/shardlock/manager"
+	"github.com/shardlock/shardlock/metrics"
+	"github.com/shardlock/shardlock/sharding"
+)
+
+// A waiter wakes on the release notification, not on its (5 s) poll timer.
+func TestRealWaiterWakesOnRelease(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, c redis.UniversalClient) {
+		m := newManager(t, c, manager.WithRetry(manager.LinearBackoff(5*time.Second)))
+		ctx := ctxT(t)
+		res := testenv.Unique("wake")
+		holder, err := m.TryAcquire(ctx, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan time.Time, 1)
+		go func() {
+			l, err := m.Acquire(ctx, res)
+			if err != nil {
+				t.Error(err)
+				got <- time.Time{}
+				return
+			}
+			got <- time.Now()
+			_ = l.Release(ctx)
+		}()
+		// Release once the waiter listens on the lock's channel.
+		ch := sharding.ChannelName(holder.Key())
+		eventually(t, 5*time.Second, "waiter subscribed", func() bool {
+			return c.PubSubShardNumSub(ctx, ch).Val()[ch] > 0
+		})
+		released := time.Now()
+		if err := holder.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		at := <-got
+		if at.IsZero() {
+			return
+		}
+		if waited := at.Sub(released); waited > 2*time.Second {
+			t.Fatalf("waiter took %v after the release: it polled instead of waking", waited)
+		} else {
+			t.Logf("waiter acquired %v after the release", waited)
+		}
+	})
+}
+
+func TestMaxLocalWaiters(t *testing.T) {
+	_, c := miniClient(t)
+	reg := prometheus.NewRegistry()
+	mx, _ := metrics.New(reg, metrics.Options{})
+	m := newManager(t, c, manager.WithMetrics(mx), manager.WithMaxLocalWaiters(2),
+		manager.WithRetry(manager.LinearBackoff(5*time.Millisecond)))
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	holder, err := m.TryAcquire(ctx, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Go(func() { _, _ = m.Acquire(ctx, "r") })
+		eventually(t, 5*time.Second, "waiter counted", func() bool {
+			return series(t, reg, metrics.Waiters, metrics.ClassDefault) == float64(i+1)
+		})
+	}
+	_, err = m.Acquire(ctx, "r")
+	if !errors.Is(err, manager.ErrTooManyWaiters) || !errors.Is(err, manager.ErrNotAcquired) {
+		t.Fatalf("third waiter: %v", err)
+	}
+	if got := series(t, reg, metrics.AcquireFailuresTotal, metrics.ClassDefault, metrics.ReasonTooManyWaiters); got != 1 {
+		t.Fatalf("too_many_waiters failures = %v", got)
+	}
+	cancel()
+	wg.Wait()
+	_ = holder.Release(context.Background())
+}
+
+// Local waiters queue: only one of them polls Redis at a time.
+func TestLocalWaitersQueue(t *testing.T) {
+	_, c := miniClient(t)
+	hook := &faultHook{}
+	c.AddHook(hook)
+	count := func() int64 {
+		opts := []manager.Option{manager.WithAutoPipeline(false), manager.WithNotifications(false),
+			manager.WithRetry(manager.LinearBackoff(10 * time.Millisecond))}
+		m := newManager(t, c, opts...)
+		res := testenv.Unique("q")
+		holder, err := m.TryAcquire(ctxT(t), res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		before := hook.seen.Load()
+		var wg sync.WaitGroup
+		for range 5 {
+			wg.Go(func() { _, _ = m.Acquire(ctx, res) })
+		}
+		wg.Wait()
+		_ = holder.Release(context.Background())
+		return hook.seen.Load() - before
+	}
+	n := count()
+	// Unqueued, 5 waiters polling every ~10-15 ms for 300 ms send ~100-150
+	// commands; queued, one does: ~20-30.
+	if n > 60 {
+		t.Fatalf("5 local waiters sent %d commands in 300 ms: they do not queue", n)
+	}
+	t.Logf("5 local waiters sent %d commands in 300 ms", n)
+}
