@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -128,6 +129,9 @@ func (m *Manager) Acquire(ctx context.Context, resource string, opts ...AcquireO
 	return m.acquire(ctx, resource, opts, true)
 }
 
+// wakeJitter bounds the random pause of a waiter woken by a release.
+const wakeJitter = 500 * time.Microsecond
+
 const (
 	attemptContended = iota
 	attemptFresh     // this attempt set the key
@@ -220,6 +224,7 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 		wake           chan struct{} // release notifications, once waiting
 		queue          *localQueue   // this process's queue for the resource, once waiting
 		myTurn         bool          // this waiter is the one contending in Redis
+		polls          int           // waits that ended on the retry timer
 	)
 	defer func() {
 		if timer != nil {
@@ -240,6 +245,9 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 		}
 		return nil, err
 	}
+	// A waiting acquire does not barge in ahead of this process's queued
+	// waiters for the resource: it queues behind them.
+	queueFirst := wait && tg.batch == nil && m.queues.busy(tg.key)
 	for attempt := 1; ; attempt++ {
 		sendAt := start // one clock read fewer on the first attempt, the hot path
 		if attempt > 1 {
@@ -252,7 +260,9 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 			held             []int
 			err              error
 		)
-		if tg.batch == nil {
+		if attempt == 1 && queueFirst {
+			status = attemptContended
+		} else if tg.batch == nil {
 			status, fence, replicas, err = m.attempt(ctx, tg.key, token, ac)
 		} else {
 			status, fences, held, replicas, err = m.attemptBatch(ctx, tg.batch, token, ac)
@@ -325,6 +335,16 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 				return fail(err)
 			}
 			queue = q
+			// Every queued waiter watches the lock's channel, so it stays
+			// subscribed while this process has waiters: one subscription,
+			// not one per turn.
+			fresh := false
+			if m.notify != nil {
+				wake = make(chan struct{}, 1)
+				var unwatch func()
+				fresh, unwatch = m.notify.watch(ctx, tg.key, wake)
+				defer unwatch()
+			}
 			if remaining := time.Until(waitUntil); remaining > 0 {
 				if timer == nil {
 					timer = time.NewTimer(remaining)
@@ -342,18 +362,21 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 			if !myTurn {
 				return fail(notAcquired)
 			}
-			if m.notify != nil {
-				wake = make(chan struct{}, 1)
-				live, unwatch := m.notify.watch(ctx, tg.key, wake)
-				defer unwatch()
-				if live {
-					continue // a release before the subscription went unannounced: look again now
+			// A turn that waited, or a fresh subscription, may have missed
+			// a release: look again now.
+			if fresh || time.Since(sendAt) > time.Millisecond {
+				select {
+				case <-wake: // drained: this attempt covers it
+				default:
 				}
+				continue
 			}
 		} else if wake != nil {
 			m.notify.refresh(ctx, tg.key)
 		}
-		d := ac.retry.NextBackoff(attempt)
+		// The retry strategy counts the waits that ran their course; a wait
+		// cut short by a release notification is not a failed retry.
+		d := ac.retry.NextBackoff(polls + 1)
 		remaining := time.Until(waitUntil)
 		if d < 0 || remaining <= 0 {
 			return fail(notAcquired)
@@ -368,7 +391,18 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 		case <-ctx.Done():
 			return fail(errors.Join(notAcquired, ctx.Err()))
 		case <-timer.C:
+			polls++
 		case <-wake:
+			// Redis pushes a release to its subscribers in the order they
+			// subscribed; a short random pause keeps the first subscriber
+			// from winning every race.
+			jitter := time.Duration(rand.N(int64(wakeJitter)))
+			timer.Reset(jitter)
+			select {
+			case <-ctx.Done():
+				return fail(errors.Join(notAcquired, ctx.Err()))
+			case <-timer.C:
+			}
 		}
 		if m.closed.Load() {
 			return fail(ErrClosed)

@@ -52,10 +52,10 @@ func (n *notifier) nodeClient(ctx context.Context, key string) (*redis.Client, e
 }
 
 // watch registers wake for the releases of the lock at key, subscribing
-// its channel when no waiter of this Manager has yet. It reports whether
-// the subscription is live (a release from now on will be announced); the
+// its channel when no waiter of this Manager has yet. It reports whether it
+// subscribed just now (a release before that went unannounced); the
 // returned function unregisters.
-func (n *notifier) watch(ctx context.Context, key string, wake chan struct{}) (live bool, unwatch func()) {
+func (n *notifier) watch(ctx context.Context, key string, wake chan struct{}) (fresh bool, unwatch func()) {
 	ch := sharding.ChannelName(key)
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -70,8 +70,9 @@ func (n *notifier) watch(ctx context.Context, key string, wake chan struct{}) (l
 	cw.waiters[wake] = struct{}{}
 	if cw.node == nil {
 		cw.node = n.subscribeLocked(ctx, key, ch)
+		fresh = cw.node != nil
 	}
-	return cw.node != nil, func() { n.unwatch(ch, wake) }
+	return fresh, func() { n.unwatch(ch, wake) }
 }
 
 // subscribeLocked subscribes ch on the connection of the node serving key.
@@ -201,6 +202,13 @@ func (lq *localQueues) join(key string) (*localQueue, error) {
 	}
 	q.members++
 	return q, nil
+}
+
+// busy reports whether local waiters are queued for key.
+func (lq *localQueues) busy(key string) bool {
+	lq.mu.Lock()
+	defer lq.mu.Unlock()
+	return lq.queues[key] != nil
 }
 
 // leave quits the queue of key.
