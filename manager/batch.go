@@ -142,23 +142,7 @@ func (m *Manager) acquireBatch(ctx context.Context, resources []string, opts []A
 			return nil, &CrossSlotError{Slots: slots}
 		}
 	}
-	if m.mx != nil {
-		name := ac.class
-		if name == "" && m.cfg.classFunc != nil {
-			name = m.cfg.classFunc(resources[0])
-		}
-		ac.cls = m.mx.Class(name)
-	}
-	start := time.Now()
-	l, err := m.acquireLoop(ctx, target{resource: resources[0], key: key0, batch: b}, &ac, wait, start)
-	if ac.cls != nil {
-		if err == nil {
-			ac.cls.Acquired(time.Since(start))
-		} else {
-			ac.cls.AcquireFailed(time.Since(start), acquireReason(err, wait))
-		}
-	}
-	return l, err
+	return m.acquireMeasured(ctx, target{resource: resources[0], key: key0, batch: b}, &ac, wait)
 }
 
 // attemptBatch makes one batch acquire round trip.

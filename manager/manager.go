@@ -144,15 +144,21 @@ func (m *Manager) acquire(ctx context.Context, resource string, opts []AcquireOp
 		m.mx.Class(metrics.ClassDefault).AcquireFailed(0, metrics.ReasonInvalid)
 		return nil, err
 	}
+	return m.acquireMeasured(ctx, target{resource: resource, key: key}, &ac, wait)
+}
+
+// acquireMeasured resolves the metrics class of tg, runs the acquire loop
+// and records its outcome.
+func (m *Manager) acquireMeasured(ctx context.Context, tg target, ac *acquireConfig, wait bool) (*Lock, error) {
 	if m.mx != nil {
 		name := ac.class
 		if name == "" && m.cfg.classFunc != nil {
-			name = m.cfg.classFunc(resource)
+			name = m.cfg.classFunc(tg.resource)
 		}
 		ac.cls = m.mx.Class(name)
 	}
 	start := time.Now()
-	l, err := m.acquireLoop(ctx, target{resource: resource, key: key}, &ac, wait, start)
+	l, err := m.acquireLoop(ctx, tg, ac, wait, start)
 	if ac.cls != nil {
 		if err == nil {
 			ac.cls.Acquired(time.Since(start))
@@ -161,6 +167,26 @@ func (m *Manager) acquire(ctx context.Context, resource string, opts []AcquireOp
 		}
 	}
 	return l, err
+}
+
+// nextWait returns how long to wait before retry n (1-based), bounded by
+// waitUntil, or false when the strategy or the wait limit says stop.
+func nextWait(retry RetryStrategy, n int, waitUntil time.Time) (time.Duration, bool) {
+	d := retry.NextBackoff(n)
+	remaining := time.Until(waitUntil)
+	if d < 0 || remaining <= 0 {
+		return 0, false
+	}
+	return min(d, remaining), true
+}
+
+// resetTimer arms *t for d, making it on first use.
+func resetTimer(t **time.Timer, d time.Duration) {
+	if *t == nil {
+		*t = time.NewTimer(d)
+		return
+	}
+	(*t).Reset(d)
 }
 
 // acquireReason is the metrics reason of an acquire's error.
@@ -346,11 +372,7 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 				defer unwatch()
 			}
 			if remaining := time.Until(waitUntil); remaining > 0 {
-				if timer == nil {
-					timer = time.NewTimer(remaining)
-				} else {
-					timer.Reset(remaining)
-				}
+				resetTimer(&timer, remaining)
 				select {
 				case <-queue.turn:
 					myTurn = true
@@ -376,17 +398,11 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 		}
 		// The retry strategy counts the waits that ran their course; a wait
 		// cut short by a release notification is not a failed retry.
-		d := ac.retry.NextBackoff(polls + 1)
-		remaining := time.Until(waitUntil)
-		if d < 0 || remaining <= 0 {
+		d, ok := nextWait(ac.retry, polls+1, waitUntil)
+		if !ok {
 			return fail(notAcquired)
 		}
-		d = min(d, remaining)
-		if timer == nil {
-			timer = time.NewTimer(d)
-		} else {
-			timer.Reset(d)
-		}
+		resetTimer(&timer, d)
 		select {
 		case <-ctx.Done():
 			return fail(errors.Join(notAcquired, ctx.Err()))

@@ -81,17 +81,11 @@ func (m *Manager) AcquireAny(ctx context.Context, resource string, permits int, 
 				return nil, err
 			}
 		}
-		d := ac.retry.NextBackoff(round)
-		remaining := time.Until(waitUntil)
-		if d < 0 || remaining <= 0 {
+		d, ok := nextWait(ac.retry, round, waitUntil)
+		if !ok {
 			return nil, ErrNotAcquired
 		}
-		d = min(d, remaining)
-		if timer == nil {
-			timer = time.NewTimer(d)
-		} else {
-			timer.Reset(d)
-		}
+		resetTimer(&timer, d)
 		select {
 		case <-ctx.Done():
 			return nil, errors.Join(ErrNotAcquired, ctx.Err())
