@@ -132,6 +132,10 @@ func (m *Manager) Acquire(ctx context.Context, resource string, opts ...AcquireO
 // wakeJitter bounds the random pause of a waiter woken by a release.
 const wakeJitter = 500 * time.Microsecond
 
+// transientRetry bounds the wait after an attempt that failed for a
+// transient reason (a failover, a migrating slot).
+const transientRetry = 100 * time.Millisecond
+
 const (
 	attemptContended = iota
 	attemptFresh     // this attempt set the key
@@ -251,6 +255,7 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 		queue          *localQueue   // this process's queue for the resource, once waiting
 		myTurn         bool          // this waiter is the one contending in Redis
 		polls          int           // waits that ended on the retry timer
+		transient      bool          // the last attempt failed for a transient reason
 	)
 	defer func() {
 		if timer != nil {
@@ -305,6 +310,7 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 				return fail(fmt.Errorf("shardlock: acquire %q: %w", tg.resource, err))
 			}
 			m.reloadTopology(ctx)
+			transient = true
 		case status != attemptContended:
 			validFrom := sendAt
 			if status == attemptReplay && !firstAmbiguous.IsZero() {
@@ -401,6 +407,11 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 		d, ok := nextWait(ac.retry, polls+1, waitUntil)
 		if !ok {
 			return fail(notAcquired)
+		}
+		if transient {
+			// Redis failed rather than the lock being held: look again soon,
+			// so locking resumes as soon as a failover completes.
+			d, transient = min(d, transientRetry), false
 		}
 		resetTimer(&timer, d)
 		select {

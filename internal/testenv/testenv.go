@@ -70,6 +70,27 @@ func Sentinel(tb testing.TB) *redis.Client {
 	return c
 }
 
+// FaultClusterAddrs returns the seed addresses of the cluster that only the
+// fault tests use (they kill, fail over and migrate), or skips/fails.
+func FaultClusterAddrs(tb testing.TB) []string {
+	tb.Helper()
+	addrs := os.Getenv("SHARDLOCK_FAULT_CLUSTER_ADDRS")
+	if addrs == "" {
+		missing(tb, "SHARDLOCK_FAULT_CLUSTER_ADDRS")
+	}
+	return strings.Split(addrs, ",")
+}
+
+// DataDir returns the directory of the test servers (pid files, configs).
+func DataDir(tb testing.TB) string {
+	tb.Helper()
+	d := os.Getenv("SHARDLOCK_TEST_DIR")
+	if d == "" {
+		missing(tb, "SHARDLOCK_TEST_DIR")
+	}
+	return d
+}
+
 // Standalone returns a client of the standalone server, closed at cleanup.
 func Standalone(tb testing.TB) *redis.Client {
 	tb.Helper()

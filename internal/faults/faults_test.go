@@ -1,0 +1,313 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/shardlock/shardlock/internal/testenv"
+	"github.com/shardlock/shardlock/manager"
+	"github.com/shardlock/shardlock/sharding"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type section struct {
+	resource   string
+	fence      uint64
+	start, end time.Time
+}
+
+// workload runs managers x workers goroutines contending for resources
+// with fencing and the watchdog on, until ctx ends, and records every
+// critical section. Errors other than the run's own deadline are collected.
+type workload struct {
+	mu       sync.Mutex
+	sections []section
+	errs     []error
+	lost     int
+}
+
+func (w *workload) run(t *testing.T, ctx context.Context, addrs, resources []string, managers, workers int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for i := range managers {
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+		m, err := manager.New(c, manager.WithTTL(3*time.Second), manager.WithFencing(true),
+			manager.WithOwner(fmt.Sprintf("fault-%d", i)), manager.WithWait(30*time.Second),
+			manager.WithRetry(manager.ExponentialBackoff(time.Millisecond, 50*time.Millisecond)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for g := range workers {
+			wg.Go(func() {
+				for n := 0; ctx.Err() == nil; n++ {
+					res := resources[(g+n)%len(resources)]
+					l, err := m.Acquire(ctx, res)
+					if err != nil {
+						if ctx.Err() == nil {
+							w.fail(fmt.Errorf("acquire %s: %w", res, err))
+						}
+						return
+					}
+					s := section{resource: res, fence: l.Fence(), start: time.Now()}
+					time.Sleep(time.Millisecond)
+					s.end = time.Now()
+					lost := l.Err() != nil
+					rctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					rerr := l.Release(rctx)
+					cancel()
+					w.mu.Lock()
+					if lost || errors.Is(rerr, manager.ErrLockLost) || errors.Is(rerr, manager.ErrNotHeld) || errors.Is(rerr, manager.ErrExpired) {
+						w.lost++
+					} else {
+						w.sections = append(w.sections, s)
+						if rerr != nil {
+							w.errs = append(w.errs, fmt.Errorf("release %s: %w", res, rerr))
+						}
+					}
+					w.mu.Unlock()
+				}
+			})
+		}
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = m.Close(cctx)
+			_ = c.Close()
+		}()
+	}
+	wg.Wait()
+}
+
+func (w *workload) fail(err error) {
+	w.mu.Lock()
+	w.errs = append(w.errs, err)
+	w.mu.Unlock()
+}
+
+// check: no error, no lost lock, no overlap on a resource, fences rising.
+func (w *workload) check(t *testing.T, allowLost bool) {
+	t.Helper()
+	for _, err := range w.errs {
+		t.Error(err)
+	}
+	if w.lost > 0 && !allowLost {
+		t.Errorf("%d locks lost", w.lost)
+	}
+	per := map[string][]section{}
+	for _, s := range w.sections {
+		per[s.resource] = append(per[s.resource], s)
+	}
+	for r, ss := range per {
+		slices.SortFunc(ss, func(a, b section) int { return a.start.Compare(b.start) })
+		for i := 1; i < len(ss); i++ {
+			if ss[i].start.Before(ss[i-1].end) {
+				t.Errorf("%s: critical sections overlap", r)
+			}
+			if ss[i].fence <= ss[i-1].fence && !allowLost {
+				t.Errorf("%s: fence %d after %d", r, ss[i].fence, ss[i-1].fence)
+			}
+		}
+	}
+	t.Logf("%d critical sections on %d resources, %d locks lost", len(w.sections), len(per), w.lost)
+	if len(w.sections) < 50 {
+		t.Errorf("only %d critical sections", len(w.sections))
+	}
+}
+
+// masterOf returns the address of the master serving slot, and of one of its replicas.
+func masterOf(t *testing.T, ctx context.Context, c *redis.ClusterClient, slot int) (master, replica string) {
+	t.Helper()
+	slots, err := c.ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range slots {
+		if slot >= s.Start && slot <= s.End {
+			if len(s.Nodes) < 2 {
+				t.Fatalf("slot %d has no replica", slot)
+			}
+			return s.Nodes[0].Addr, s.Nodes[1].Addr
+		}
+	}
+	t.Fatalf("slot %d unserved", slot)
+	return "", ""
+}
+
+// resourcesOn returns n resources whose lock keys live on master addr.
+func resourcesOn(t *testing.T, ctx context.Context, c *redis.ClusterClient, addr, prefix string, n int) []string {
+	t.Helper()
+	var out []string
+	for i := 0; len(out) < n && i < 100000; i++ {
+		r := fmt.Sprintf("%s-%d", prefix, i)
+		key, _ := sharding.LockKey(sharding.DefaultPrefix, r)
+		if m, _ := masterOf(t, ctx, c, sharding.Slot(key)); m == addr {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func node(addr string) *redis.Client { return redis.NewClient(&redis.Options{Addr: addr}) }
+
+// waitClusterOK waits until every node of addrs reports cluster_state:ok
+// and the node at want is a master (when given).
+func waitClusterOK(t *testing.T, addrs []string, limit time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		ok := true
+		for _, a := range addrs {
+			n := node(a)
+			info, err := n.ClusterInfo(context.Background()).Result()
+			_ = n.Close()
+			if err != nil || !strings.Contains(info, "cluster_state:ok") {
+				ok = false
+			}
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cluster not ok within %v", limit)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func TestFaults(t *testing.T) {
+	addrs := testenv.FaultClusterAddrs(t)
+	dir := testenv.DataDir(t)
+	admin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	defer admin.Close()
+	ctx := context.Background()
+	waitClusterOK(t, addrs, 30*time.Second)
+
+	t.Run("script flush", func(t *testing.T) {
+		res := []string{testenv.Unique("sf-a"), testenv.Unique("sf-b"), testenv.Unique("sf-c")}
+		run, cancel := context.WithTimeout(ctx, 3*time.Second)
+		defer cancel()
+		var w workload
+		go func() {
+			time.Sleep(time.Second)
+			_ = admin.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return n.ScriptFlush(ctx).Err() })
+		}()
+		w.run(t, run, addrs, res, 4, 4)
+		w.check(t, false)
+	})
+
+	t.Run("planned failover", func(t *testing.T) {
+		key, _ := sharding.LockKey(sharding.DefaultPrefix, "pf-probe")
+		master, replica := masterOf(t, ctx, admin, sharding.Slot(key))
+		res := resourcesOn(t, ctx, admin, master, testenv.Unique("pf"), 4)
+		run, cancel := context.WithTimeout(ctx, 4*time.Second)
+		defer cancel()
+		var w workload
+		failedOver := make(chan error, 1)
+		go func() {
+			time.Sleep(time.Second)
+			r := node(replica)
+			defer r.Close()
+			failedOver <- r.Do(ctx, "cluster", "failover").Err()
+		}()
+		w.run(t, run, addrs, res, 4, 4)
+		if err := <-failedOver; err != nil {
+			t.Fatalf("CLUSTER FAILOVER: %v", err)
+		}
+		if now, _ := masterOf(t, ctx, admin, sharding.Slot(key)); now != replica {
+			admin.ReloadState(ctx)
+			if now, _ := masterOf(t, ctx, admin, sharding.Slot(key)); now != replica {
+				t.Fatalf("failover did not happen: master is %s", now)
+			}
+		}
+		w.check(t, false)
+	})
+
+	t.Run("master killed", func(t *testing.T) {
+		key, _ := sharding.LockKey(sharding.DefaultPrefix, "kill-probe")
+		master, _ := masterOf(t, ctx, admin, sharding.Slot(key))
+		port := master[strings.LastIndexByte(master, ':')+1:]
+		pidb, err := os.ReadFile(filepath.Join(dir, port, "redis.pid"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(pidb)))
+		res := resourcesOn(t, ctx, admin, master, testenv.Unique("kill"), 1)[0]
+
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+		defer c.Close()
+		m, err := manager.New(c, manager.WithTTL(2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close(context.Background())
+		if l, err := m.TryAcquire(ctx, res); err != nil {
+			t.Fatal(err)
+		} else {
+			_ = l.Release(ctx)
+		}
+		killed := time.Now()
+		if err := exec.Command("kill", "-9", strconv.Itoa(pid)).Run(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			out, err := exec.Command("bash", "../../scripts/redis-test-env.sh", "restart", port).CombinedOutput()
+			if err != nil {
+				t.Errorf("restart %s: %v\n%s", port, err, out)
+			}
+			waitClusterOK(t, addrs, 60*time.Second)
+		}()
+		// When does the cluster itself serve the slot again? A survivor's
+		// CLUSTER SLOTS says, polled every 50 ms.
+		promoted := make(chan time.Duration, 1)
+		go func() {
+			var survivor string
+			for _, a := range addrs {
+				if a != master {
+					survivor = a
+					break
+				}
+			}
+			n := node(survivor)
+			defer n.Close()
+			for time.Since(killed) < 30*time.Second {
+				if slots, err := n.ClusterSlots(ctx).Result(); err == nil {
+					for _, s := range slots {
+						if sl := sharding.Slot(key); sl >= s.Start && sl <= s.End && len(s.Nodes) > 0 && s.Nodes[0].Addr != master {
+							promoted <- time.Since(killed)
+							return
+						}
+					}
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			promoted <- 0
+		}()
+		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		l, err := m.Acquire(actx, res)
+		if err != nil {
+			t.Fatalf("locking on the killed master's slot did not resume: %v", err)
+		}
+		resumed := time.Since(killed)
+		_ = l.Release(ctx)
+		t.Logf("kill -9 of a master: the cluster promoted its replica after %v; shardlock locked on its slots again after %v (node timeout 2 s)",
+			<-promoted, resumed)
+		if resumed > 10*time.Second {
+			t.Errorf("resumed after %v: more than node timeout + 8 s", resumed)
+		}
+	})
+}
