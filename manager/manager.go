@@ -81,7 +81,8 @@ func New(client Client, opts ...Option) (*Manager, error) {
 			return nil, fmt.Errorf("shardlock: startup check: %w", err)
 		}
 	}
-	if cfg.autoPipeline {
+	_, isCluster := client.(*redis.ClusterClient)
+	if (cfg.autoPipeline == nil && !isCluster) || (cfg.autoPipeline != nil && *cfg.autoPipeline) {
 		ap, err := client.AutoPipeline()
 		if err != nil {
 			return nil, fmt.Errorf("shardlock: auto-pipeline: %w", err)
