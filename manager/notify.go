@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -179,7 +180,8 @@ func (n *notifier) refresh(ctx context.Context, key string) {
 type localQueues struct {
 	mu     sync.Mutex
 	queues map[string]*localQueue
-	max    int // waiters per resource at most; 0: no limit
+	max    int          // waiters per resource at most; 0: no limit
+	active atomic.Int64 // len(queues), read without the lock by busy
 }
 
 type localQueue struct {
@@ -196,6 +198,7 @@ func (lq *localQueues) join(key string) (*localQueue, error) {
 		q = &localQueue{turn: make(chan struct{}, 1)}
 		q.turn <- struct{}{}
 		lq.queues[key] = q
+		lq.active.Add(1)
 	}
 	if lq.max > 0 && q.members >= lq.max {
 		return nil, ErrTooManyWaiters
@@ -206,6 +209,9 @@ func (lq *localQueues) join(key string) (*localQueue, error) {
 
 // busy reports whether local waiters are queued for key.
 func (lq *localQueues) busy(key string) bool {
+	if lq.active.Load() == 0 {
+		return false // nobody waits anywhere: the common case
+	}
 	lq.mu.Lock()
 	defer lq.mu.Unlock()
 	return lq.queues[key] != nil
@@ -218,5 +224,6 @@ func (lq *localQueues) leave(key string, q *localQueue) {
 	q.members--
 	if q.members == 0 {
 		delete(lq.queues, key)
+		lq.active.Add(-1)
 	}
 }

@@ -36,34 +36,33 @@ func missing(tb testing.TB, what string) {
 	tb.Skipf("%s is not set: run scripts/redis-test-env.sh up and source .redis-test/env", what)
 }
 
+// env returns the variable name, or skips/fails when it is not set.
+func env(tb testing.TB, name string) string {
+	tb.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		missing(tb, name)
+	}
+	return v
+}
+
 // StandaloneAddr returns the standalone server's address, or skips/fails.
 func StandaloneAddr(tb testing.TB) string {
 	tb.Helper()
-	addr := os.Getenv("SHARDLOCK_REDIS_ADDR")
-	if addr == "" {
-		missing(tb, "SHARDLOCK_REDIS_ADDR")
-	}
-	return addr
+	return env(tb, "SHARDLOCK_REDIS_ADDR")
 }
 
 // ClusterAddrs returns the cluster's seed addresses, or skips/fails.
 func ClusterAddrs(tb testing.TB) []string {
 	tb.Helper()
-	addrs := os.Getenv("SHARDLOCK_CLUSTER_ADDRS")
-	if addrs == "" {
-		missing(tb, "SHARDLOCK_CLUSTER_ADDRS")
-	}
-	return strings.Split(addrs, ",")
+	return strings.Split(env(tb, "SHARDLOCK_CLUSTER_ADDRS"), ",")
 }
 
 // Sentinel returns a failover client that finds the master "shardlock"
 // through the Sentinel, closed at cleanup.
 func Sentinel(tb testing.TB) *redis.Client {
 	tb.Helper()
-	addr := os.Getenv("SHARDLOCK_SENTINEL_ADDR")
-	if addr == "" {
-		missing(tb, "SHARDLOCK_SENTINEL_ADDR")
-	}
+	addr := env(tb, "SHARDLOCK_SENTINEL_ADDR")
 	c := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "shardlock", SentinelAddrs: []string{addr}})
 	tb.Cleanup(func() { _ = c.Close() })
 	ping(tb, c)
@@ -74,21 +73,13 @@ func Sentinel(tb testing.TB) *redis.Client {
 // fault tests use (they kill, fail over and migrate), or skips/fails.
 func FaultClusterAddrs(tb testing.TB) []string {
 	tb.Helper()
-	addrs := os.Getenv("SHARDLOCK_FAULT_CLUSTER_ADDRS")
-	if addrs == "" {
-		missing(tb, "SHARDLOCK_FAULT_CLUSTER_ADDRS")
-	}
-	return strings.Split(addrs, ",")
+	return strings.Split(env(tb, "SHARDLOCK_FAULT_CLUSTER_ADDRS"), ",")
 }
 
 // DataDir returns the directory of the test servers (pid files, configs).
 func DataDir(tb testing.TB) string {
 	tb.Helper()
-	d := os.Getenv("SHARDLOCK_TEST_DIR")
-	if d == "" {
-		missing(tb, "SHARDLOCK_TEST_DIR")
-	}
-	return d
+	return env(tb, "SHARDLOCK_TEST_DIR")
 }
 
 // Standalone returns a client of the standalone server, closed at cleanup.
