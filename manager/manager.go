@@ -391,9 +391,9 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 			if !myTurn {
 				return fail(notAcquired)
 			}
-			// A turn that waited, or a fresh subscription, may have missed
-			// a release: look again now.
-			if fresh || time.Since(sendAt) > time.Millisecond {
+			// A turn that waited, a fresh subscription, or a first attempt
+			// skipped to queue up, may have missed a release: look now.
+			if fresh || queueFirst || time.Since(sendAt) > time.Millisecond {
 				select {
 				case <-wake: // drained: this attempt covers it
 				default:
