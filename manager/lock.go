@@ -256,7 +256,9 @@ func (l *Lock) markLost(cause error) bool {
 	l.err = lost(cause)
 	err, watched := l.err, l.watched
 	l.mu.Unlock()
-	l.cls.Lost(time.Since(l.acquiredAt), lostReason(cause))
+	if l.cls != nil {
+		l.cls.Lost(time.Since(l.acquiredAt), lostReason(cause))
+	}
 	defer func() {
 		l.mu.Lock()
 		l.endLocked(err, true)
@@ -321,7 +323,9 @@ func (l *Lock) beginRelease() bool {
 
 // finishRelease ends a release claimed by beginRelease with its result.
 func (l *Lock) finishRelease(result error) {
-	l.cls.Released(time.Since(l.acquiredAt), outcomeReason(result))
+	if l.cls != nil { // no clock read without metrics
+		l.cls.Released(time.Since(l.acquiredAt), outcomeReason(result))
+	}
 	l.mu.Lock()
 	l.state = stateReleased
 	if result != nil {
