@@ -97,15 +97,20 @@ func quantile(q, metric string) string {
 	return fmt.Sprintf(`histogram_quantile(%s, sum by (le) (%s))`, q, rate(metric+"_bucket", libSel))
 }
 
+// board starts a dashboard with the settings and variables both share.
+func board(title, uid, desc, jobMetric, classMetric string) *dashboard.DashboardBuilder {
+	b := dashboard.NewDashboardBuilder(title).Uid(uid).Description(desc).
+		Tags([]string{"shardlock", "generated"}).
+		Refresh("30s").Time("now-1h", "now").Timezone(common.TimeZoneBrowser)
+	return variables(b, jobMetric, classMetric)
+}
+
 // Overview is the library's view: acquisitions, failures, latency, waits,
 // holds, renewals and losses, from the manager's metrics.
 func Overview() (dashboard.Dashboard, error) {
-	b := dashboard.NewDashboardBuilder("shardlock / Overview").
-		Uid("shardlock-overview").
-		Description("Locks taken, waited for, held, renewed and lost, from the shardlock library's metrics.").
-		Tags([]string{"shardlock", "generated"}).
-		Refresh("30s").Time("now-1h", "now").Timezone(common.TimeZoneBrowser)
-	variables(b, metrics.AcquireAttemptsTotal, metrics.AcquireAttemptsTotal)
+	b := board("shardlock / Overview", "shardlock-overview",
+		"Locks taken, waited for, held, renewed and lost, from the shardlock library's metrics.",
+		metrics.AcquireAttemptsTotal, metrics.AcquireAttemptsTotal)
 
 	b.WithRow(dashboard.NewRowBuilder("Acquire"))
 	b.WithPanel(series("Acquire rate by outcome", "Acquisitions that took the lock, and failures by reason.", units.OpsPerSecond, 12,
@@ -148,12 +153,9 @@ func Overview() (dashboard.Dashboard, error) {
 // locks across the cluster, per-master Redis figures, the probe and the
 // scan's health.
 func LeaksAndCluster() (dashboard.Dashboard, error) {
-	b := dashboard.NewDashboardBuilder("shardlock / Leaks and cluster").
-		Uid("shardlock-leaks-cluster").
-		Description("What the shardlock exporter's scans of every master find: lock keys, leaks, overdue locks, masters, probe.").
-		Tags([]string{"shardlock", "generated"}).
-		Refresh("30s").Time("now-1h", "now").Timezone(common.TimeZoneBrowser)
-	variables(b, metrics.ScanUp, metrics.LockKeys)
+	b := board("shardlock / Leaks and cluster", "shardlock-leaks-cluster",
+		"What the shardlock exporter's scans of every master find: lock keys, leaks, overdue locks, masters, probe.",
+		metrics.ScanUp, metrics.LockKeys)
 
 	b.WithRow(dashboard.NewRowBuilder("Lock keys"))
 	b.WithPanel(single("Keys without expiry", "Lock keys with no TTL: leaked, they never expire.", units.Short,
