@@ -241,28 +241,19 @@ func (l *Lock) scriptKeys() []string {
 }
 
 // releaseBatchOnce runs the batch release script: nil when every key was
-// deleted, else a *BatchReleaseError. ambiguous and validUntil work as in
-// releaseResult: a key found gone after a try whose reply was lost, while
-// the lock was valid, was deleted by that try.
+// released, else a *BatchReleaseError. ambiguous and validUntil work as in
+// releaseResult.
 func (l *Lock) releaseBatchOnce(ctx context.Context, ambiguous bool, validUntil time.Time) (result, redisErr error) {
 	sentAt := time.Now()
-	res, err := scripts.ReleaseBatch.Run(ctx, l.m.cmd, l.multi.keys, l.token).Int64Slice()
+	res, err := scripts.ReleaseBatch.Run(ctx, l.m.cmd, l.multi.keys, l.token, sentAt.UnixMilli()).Int64Slice()
 	if err != nil {
 		return nil, err
 	}
 	var be *BatchReleaseError
 	for i, r := range res {
-		var e error
-		switch r {
-		case 1:
+		e := releaseResult(r, nil, ambiguous, sentAt, validUntil)
+		if e == nil {
 			continue
-		case 0:
-			if ambiguous && sentAt.Before(validUntil) {
-				continue
-			}
-			e = ErrExpired
-		default:
-			e = ErrNotHeld
 		}
 		if be == nil {
 			be = &BatchReleaseError{Results: map[string]error{}}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/shardlock/shardlock/internal/scripts"
 	"github.com/shardlock/shardlock/internal/testenv"
 	"github.com/shardlock/shardlock/manager"
 )
@@ -42,6 +41,10 @@ func runConcurrent(b *testing.B, g int, op func(worker int) error) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
 }
 
+// compareAndDelete is the classic release script (redsync's, redislock's):
+// the floor's release.
+var compareAndDelete = redis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`)
+
 // floorOp is the least a lock can cost with go-redis: SET NX PX, then an
 // EVALSHA compare-and-delete.
 func floorOp(c redis.Scripter, set func(ctx context.Context, key, val string) (bool, error)) func(ctx context.Context, key, token string) error {
@@ -53,7 +56,7 @@ func floorOp(c redis.Scripter, set func(ctx context.Context, key, val string) (b
 		if !ok {
 			return fmt.Errorf("floor: %s contended", key)
 		}
-		return scripts.Release.Run(ctx, c, []string{key}, token).Err()
+		return compareAndDelete.Run(ctx, c, []string{key}, token).Err()
 	}
 }
 
@@ -72,7 +75,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := scripts.Release.Load(context.Background(), c).Err(); err != nil {
+			if err := compareAndDelete.Load(context.Background(), c).Err(); err != nil {
 				b.Fatal(err)
 			}
 			impls := []struct {

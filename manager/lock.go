@@ -267,6 +267,7 @@ func (l *Lock) markLost(cause error) bool {
 	if watched {
 		l.m.sched.remove(l)
 	}
+	l.m.queues.holderGone(l)
 	if errors.Is(cause, ErrMaxHoldExceeded) {
 		l.m.log.Warn("lock expired after max hold", l.m.fields(context.Background(), "lost", l, zap.Error(err))...)
 	} else {
@@ -337,6 +338,7 @@ func (l *Lock) finishRelease(result error) {
 	}
 	l.endLocked(ErrReleased, true)
 	l.mu.Unlock()
+	l.m.queues.holderGone(l)
 }
 
 // Release gives the lock up with one compare-and-delete. It returns nil when
@@ -382,8 +384,10 @@ func (l *Lock) Release(ctx context.Context) error {
 	var (
 		result    error
 		ambiguous bool
+		h         handover
+		handed    bool
 	)
-	err := m.retryTransient(ctx, validUntil, func(ctx context.Context) error {
+	err := m.retryTransient(ctx, validUntil, func(ctx context.Context) (err error) {
 		if l.multi != nil {
 			res, err := l.releaseBatchOnce(ctx, ambiguous, validUntil)
 			if err != nil {
@@ -393,19 +397,34 @@ func (l *Lock) Release(ctx context.Context) error {
 			result = res
 			return nil
 		}
-		var sentAt time.Time
-		if ambiguous { // the clock is read only when a retry needs it
-			sentAt = time.Now()
+		sentAt := time.Now()
+		if !handed {
+			// This process's next waiter for the key, if any, is queued
+			// (or handed the lock) by this release.
+			h, handed = m.queues.nextForRelease(l, sentAt), true
 		}
-		r, err := scripts.Release.Run(ctx, m.cmd, l.keys[:], l.token).Int64()
+		var res any
+		if h.w == nil {
+			res, err = scripts.Release.Run(ctx, m.cmd, l.keys[:], l.token, sentAt.UnixMilli()).Result()
+		} else {
+			local := "0"
+			if h.local {
+				local = "1"
+			}
+			res, err = scripts.Release.Run(ctx, m.cmd, l.keys[:], l.token, sentAt.UnixMilli(), h.entry, local).Result()
+		}
+		code, fence, err := parseRelease(res, err)
 		if err != nil {
 			ambiguous = ambiguous || isAmbiguous(err)
 			return err
 		}
-		result = releaseResult(r, nil, ambiguous, sentAt, validUntil)
+		m.afterRelease(l, h, code, fence, sentAt, ambiguous)
+		h = handover{} // settled
+		result = releaseResult(code, nil, ambiguous, sentAt, validUntil)
 		return nil
 	})
 	if err != nil {
+		m.afterRelease(l, h, 0, 0, time.Time{}, ambiguous)
 		if ctx.Err() == nil && !time.Now().Before(validUntil) {
 			result = ErrExpired // retried until the key's TTL ran out
 		} else {

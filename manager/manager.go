@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -130,9 +129,6 @@ func (m *Manager) Acquire(ctx context.Context, resource string, opts ...AcquireO
 	return m.acquire(ctx, resource, opts, true)
 }
 
-// wakeJitter bounds the random pause of a waiter woken by a release.
-const wakeJitter = 500 * time.Microsecond
-
 // transientRetry bounds the wait after an attempt that failed for a
 // transient reason (a failover, a migrating slot).
 const transientRetry = 100 * time.Millisecond
@@ -252,17 +248,27 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 		firstAmbiguous time.Time // send time of the first attempt whose outcome we never learned
 		waitUntil      = start.Add(ac.wait)
 		timer          *time.Timer
-		wake           chan struct{} // release notifications, once waiting
-		queue          *localQueue   // this process's queue for the resource, once waiting
-		myTurn         bool          // this waiter is the one contending in Redis
-		polls          int           // waits that ended on the retry timer
-		transient      bool          // the last attempt failed for a transient reason
+		queue          *localQueue // this process's queue for the resource, once waiting
+		myTurn         bool        // this waiter is the one contending in Redis
+		polls          int         // waits that ended on the retry timer
+		transient      bool        // the last attempt failed for a transient reason
+		// The fair queue (see fair.go): one resource, notifications on, no
+		// replica acknowledgement.
+		fair      = wait && tg.batch == nil && m.notify != nil && m.cfg.replicas == 0
+		fw        *fairWaiter // this waiter in the fair queue, once its turn came
+		granted   *grantMsg   // a hand-over received, to be taken up
+		skipOnce  bool        // a local holder's release will queue us: no attempt now
 	)
 	defer func() {
 		if timer != nil {
 			timer.Stop()
 		}
 		if queue != nil {
+			if fw != nil {
+				if entry := m.queues.giveUp(queue, fw); entry != "" {
+					m.leaveQueued(tg.key, fw, entry)
+				}
+			}
 			if myTurn {
 				queue.turn <- struct{}{} // the next local waiter contends
 			}
@@ -292,11 +298,24 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 			held             []int
 			err              error
 		)
-		if attempt == 1 && queueFirst {
+		switch {
+		case attempt == 1 && queueFirst:
 			status = attemptContended
-		} else if tg.batch == nil {
+		case granted != nil:
+			// Handed over by a release: held since (at the earliest)
+			// the write that queued us.
+			status, fence, sendAt = attemptFresh, granted.fence, granted.validFrom
+			granted = nil
+		case skipOnce:
+			status, skipOnce = attemptContended, false
+		case fw != nil:
+			status, fence, err = m.attemptQueued(ctx, tg.key, fw, ac)
+			if status == attemptReplay && !fw.regAt.IsZero() && (firstAmbiguous.IsZero() || fw.regAt.Before(firstAmbiguous)) {
+				firstAmbiguous = fw.regAt // a hand-over may have set the key that early
+			}
+		case tg.batch == nil:
 			status, fence, replicas, err = m.attempt(ctx, tg.key, token, ac)
-		} else {
+		default:
 			status, fences, held, replicas, err = m.attemptBatch(ctx, tg.batch, token, ac)
 		}
 		switch {
@@ -338,7 +357,19 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 					return nil, ErrNotAcquired
 				}
 				token, firstAmbiguous = newToken(m.cfg.owner, time.Now()), time.Time{}
+				if fw != nil {
+					// Queue again, with the new token.
+					if entry := m.queues.giveUp(queue, fw); entry != "" {
+						m.leaveQueued(tg.key, fw, entry)
+					}
+					fw = newFairWaiter(token, ac, waitUntil)
+					m.queues.setHead(queue, fw)
+				}
 				break
+			}
+			if queue != nil {
+				m.queues.acquired(queue, fw, l)
+				fw = nil
 			}
 			if !m.sched.add(l) {
 				m.sched.releaseNow(l)
@@ -371,12 +402,8 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 			// Every queued waiter watches the lock's channel, so it stays
 			// subscribed while this process has waiters: one subscription,
 			// not one per turn.
-			fresh := false
 			if m.notify != nil {
-				wake = make(chan struct{}, 1)
-				var unwatch func()
-				fresh, unwatch = m.notify.watch(ctx, tg.key, wake)
-				defer unwatch()
+				defer m.notify.watch(ctx, tg.key)()
 			}
 			if remaining := time.Until(waitUntil); remaining > 0 {
 				resetTimer(&timer, remaining)
@@ -391,23 +418,25 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 			if !myTurn {
 				return fail(notAcquired)
 			}
-			// A turn that waited, a fresh subscription, or a first attempt
-			// skipped to queue up, may have missed a release: look now.
-			if fresh || queueFirst || time.Since(sendAt) > time.Millisecond {
-				select {
-				case <-wake: // drained: this attempt covers it
-				default:
-				}
-				continue
+			if fair {
+				fw = newFairWaiter(token, ac, waitUntil)
+				// With a lock taken through this queue held, its release
+				// queues us (or hands us the lock): no attempt now.
+				skipOnce = m.queues.setHead(queue, fw)
 			}
-		} else if wake != nil {
+			continue
+		}
+		if m.notify != nil {
 			m.notify.refresh(ctx, tg.key)
 		}
-		// The retry strategy counts the waits that ran their course; a wait
-		// cut short by a release notification is not a failed retry.
+		// The retry strategy counts the waits that ran their course; a
+		// hand-over cuts a wait short.
 		d, ok := nextWait(ac.retry, polls+1, waitUntil)
 		if !ok {
 			return fail(notAcquired)
+		}
+		if fw != nil {
+			d = max(d, min(fairRecheck, time.Until(waitUntil)))
 		}
 		if transient {
 			// Redis failed rather than the lock being held: look again soon,
@@ -415,21 +444,18 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 			d, transient = min(d, transientRetry), false
 		}
 		resetTimer(&timer, d)
+		var grants chan grantMsg
+		if fw != nil {
+			grants = fw.ch
+		}
 		select {
 		case <-ctx.Done():
 			return fail(errors.Join(notAcquired, ctx.Err()))
 		case <-timer.C:
 			polls++
-		case <-wake:
-			// Redis pushes a release to its subscribers in the order they
-			// subscribed; a short random pause keeps the first subscriber
-			// from winning every race.
-			jitter := time.Duration(rand.N(int64(wakeJitter)))
-			timer.Reset(jitter)
-			select {
-			case <-ctx.Done():
-				return fail(errors.Join(notAcquired, ctx.Err()))
-			case <-timer.C:
+		case g := <-grants:
+			if !g.retry {
+				granted = &g
 			}
 		}
 		if m.closed.Load() {
@@ -599,8 +625,9 @@ func (m *Manager) releaseAll(ctx context.Context, locks []*Lock, orphans []orpha
 	var failed int
 	err := m.retryTransient(ctx, time.Time{}, func(ctx context.Context) error {
 		calls := make([]scriptCall, len(items))
+		now := time.Now().UnixMilli()
 		for i, it := range items {
-			calls[i] = scriptCall{script: scripts.Release, keys: []string{it.key}, args: []any{it.token}}
+			calls[i] = scriptCall{script: scripts.Release, keys: []string{it.key}, args: []any{it.token, now}}
 		}
 		runBatch(ctx, m.client, calls)
 		var rest []item
@@ -634,20 +661,42 @@ func (m *Manager) releaseAll(ctx context.Context, locks []*Lock, orphans []orpha
 // releaseResult turns a release script reply into Release's error.
 // ambiguous says an earlier try of the same release may have run: then a
 // key found gone before the lock's validity ran out was deleted by us.
+//
+// r is release.lua's code: 1, 2 and 3 released (deleted or handed over), 0
+// gone, -1 held by another token. After a lost reply, while the lock was
+// valid, a key found gone or held by another token was released (or handed
+// over) by the earlier try.
 func releaseResult(r int64, err error, ambiguous bool, sentAt, validUntil time.Time) error {
 	if err != nil {
 		return fmt.Errorf("shardlock: release: %w", err)
 	}
-	switch r {
-	case 1:
+	switch {
+	case r >= 1:
 		return nil
-	case 0:
-		if ambiguous && sentAt.Before(validUntil) {
-			return nil
-		}
+	case ambiguous && sentAt.Before(validUntil):
+		return nil
+	case r == 0:
 		return ErrExpired
 	}
 	return ErrNotHeld
+}
+
+// parseRelease reads release.lua's reply: a code, or {3, fence}.
+func parseRelease(res any, err error) (code int64, fence uint64, _ error) {
+	if err != nil {
+		return 0, 0, err
+	}
+	switch v := res.(type) {
+	case int64:
+		return v, 0, nil
+	case []any:
+		if len(v) == 2 {
+			c, _ := v[0].(int64)
+			f, _ := v[1].(int64)
+			return c, uint64(f), nil
+		}
+	}
+	return 0, 0, fmt.Errorf("shardlock: unexpected release reply %v", res)
 }
 
 func (m *Manager) fields(ctx context.Context, event string, l *Lock, extra ...zap.Field) []zap.Field {

@@ -3,7 +3,6 @@ package manager
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -12,11 +11,12 @@ import (
 	"github.com/shardlock/shardlock/sharding"
 )
 
-// notifier delivers release announcements (SPUBLISH on a lock's channel,
-// sent by the release script) to the waiters of this Manager. It keeps one
+// notifier delivers hand-over announcements (SPUBLISH on a lock's channel,
+// sent by the release scripts) to the waiters of this Manager. It keeps one
 // sharded pub/sub connection per node it needs, shared by every waiter, and
-// fans messages out locally. Delivery is at most once and a slot that moves
-// drops its subscribers, so waiters also re-check on a timer.
+// hands messages to the local queues (localQueues.announced). Delivery is at
+// most once and a slot that moves drops its subscribers, so waiters also
+// re-check on a timer.
 type notifier struct {
 	m *Manager
 
@@ -33,8 +33,8 @@ type nodeSub struct {
 }
 
 type chanWaiters struct {
-	node    *nodeSub // nil while not subscribed
-	waiters map[chan struct{}]struct{}
+	node     *nodeSub // nil while not subscribed
+	watchers int
 }
 
 func newNotifier(m *Manager) *notifier {
@@ -52,28 +52,26 @@ func (n *notifier) nodeClient(ctx context.Context, key string) (*redis.Client, e
 	return nil, nil
 }
 
-// watch registers wake for the releases of the lock at key, subscribing
-// its channel when no waiter of this Manager has yet. It reports whether it
-// subscribed just now (a release before that went unannounced); the
-// returned function unregisters.
-func (n *notifier) watch(ctx context.Context, key string, wake chan struct{}) (fresh bool, unwatch func()) {
+// watch keeps the channel of the lock at key subscribed, subscribing it
+// when no waiter of this Manager has yet; the returned function stops
+// watching.
+func (n *notifier) watch(ctx context.Context, key string) (unwatch func()) {
 	ch := sharding.ChannelName(key)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.closed {
-		return false, func() {}
+		return func() {}
 	}
 	cw := n.chans[ch]
 	if cw == nil {
-		cw = &chanWaiters{waiters: map[chan struct{}]struct{}{}}
+		cw = &chanWaiters{}
 		n.chans[ch] = cw
 	}
-	cw.waiters[wake] = struct{}{}
+	cw.watchers++
 	if cw.node == nil {
 		cw.node = n.subscribeLocked(ctx, key, ch)
-		fresh = cw.node != nil
 	}
-	return fresh, func() { n.unwatch(ch, wake) }
+	return func() { n.unwatch(ch) }
 }
 
 // subscribeLocked subscribes ch on the connection of the node serving key.
@@ -99,15 +97,15 @@ func (n *notifier) subscribeLocked(ctx context.Context, key, ch string) *nodeSub
 	return ns
 }
 
-func (n *notifier) unwatch(ch string, wake chan struct{}) {
+func (n *notifier) unwatch(ch string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	cw := n.chans[ch]
 	if cw == nil {
 		return
 	}
-	delete(cw.waiters, wake)
-	if len(cw.waiters) > 0 {
+	cw.watchers--
+	if cw.watchers > 0 {
 		return
 	}
 	delete(n.chans, ch)
@@ -118,7 +116,7 @@ func (n *notifier) unwatch(ch string, wake chan struct{}) {
 	}
 }
 
-// deliver fans one node's messages out to the channels' waiters until the
+// deliver hands one node's messages to the local queues until the
 // subscription is closed.
 func (n *notifier) deliver(ns *nodeSub, msgs <-chan any) {
 	for msg := range msgs {
@@ -126,7 +124,8 @@ func (n *notifier) deliver(ns *nodeSub, msgs <-chan any) {
 		dropped := false
 		switch v := msg.(type) {
 		case *redis.Message:
-			ch = v.Channel
+			n.m.queues.announced(channelKey(v.Channel), v.Payload)
+			continue
 		case *redis.Subscription:
 			if v.Kind != "sunsubscribe" {
 				continue
@@ -137,16 +136,8 @@ func (n *notifier) deliver(ns *nodeSub, msgs <-chan any) {
 			continue
 		}
 		n.mu.Lock()
-		if cw := n.chans[ch]; cw != nil {
-			if dropped && cw.node == ns {
-				cw.node = nil // the next watch subscribes again, on the slot's new node
-			}
-			for w := range cw.waiters {
-				select {
-				case w <- struct{}{}:
-				default:
-				}
-			}
+		if cw := n.chans[ch]; cw != nil && dropped && cw.node == ns {
+			cw.node = nil // the next refresh subscribes again, on the slot's new node
 		}
 		n.mu.Unlock()
 	}
@@ -172,58 +163,5 @@ func (n *notifier) refresh(ctx context.Context, key string) {
 	defer n.mu.Unlock()
 	if cw := n.chans[ch]; cw != nil && cw.node == nil && !n.closed {
 		cw.node = n.subscribeLocked(ctx, key, ch)
-	}
-}
-
-// localQueues makes the waiters of one resource in this process queue up,
-// so that only one of them at a time contends in Redis.
-type localQueues struct {
-	mu     sync.Mutex
-	queues map[string]*localQueue
-	max    int          // waiters per resource at most; 0: no limit
-	active atomic.Int64 // len(queues), read without the lock by busy
-}
-
-type localQueue struct {
-	turn    chan struct{} // holds the token while no waiter contends
-	members int
-}
-
-// join enters the queue of key, or returns ErrTooManyWaiters.
-func (lq *localQueues) join(key string) (*localQueue, error) {
-	lq.mu.Lock()
-	defer lq.mu.Unlock()
-	q := lq.queues[key]
-	if q == nil {
-		q = &localQueue{turn: make(chan struct{}, 1)}
-		q.turn <- struct{}{}
-		lq.queues[key] = q
-		lq.active.Add(1)
-	}
-	if lq.max > 0 && q.members >= lq.max {
-		return nil, ErrTooManyWaiters
-	}
-	q.members++
-	return q, nil
-}
-
-// busy reports whether local waiters are queued for key.
-func (lq *localQueues) busy(key string) bool {
-	if lq.active.Load() == 0 {
-		return false // nobody waits anywhere: the common case
-	}
-	lq.mu.Lock()
-	defer lq.mu.Unlock()
-	return lq.queues[key] != nil
-}
-
-// leave quits the queue of key.
-func (lq *localQueues) leave(key string, q *localQueue) {
-	lq.mu.Lock()
-	defer lq.mu.Unlock()
-	q.members--
-	if q.members == 0 {
-		delete(lq.queues, key)
-		lq.active.Add(-1)
 	}
 }

@@ -14,6 +14,7 @@ const DefaultPrefix = "shardlock:"
 const (
 	FenceSuffix   = ":fence"
 	ChannelSuffix = ":released"
+	QueueSuffix   = ":waiters"
 )
 
 // ErrBadResource reports a resource name that cannot be made into a lock key
@@ -38,7 +39,7 @@ func ValidatePrefix(prefix string) error {
 // LockKey("shardlock:", "{order:123}:stock") is "shardlock:{order:123}:stock".
 // Any other resource is wrapped in a tag: LockKey("shardlock:", "order:123")
 // is "shardlock:{order:123}". Either way the key's tag is a prefix of its
-// helper keys' tags, so [FenceKey] and [ChannelName] share its slot. A
+// helper keys' tags, so [FenceKey], [QueueKey] and [ChannelName] share its slot. A
 // resource and the same resource in braces ("x" and "{x}") name the same key.
 //
 // It returns ErrBadResource when resource is empty, ends in a reserved
@@ -49,7 +50,7 @@ func LockKey(prefix, resource string) (string, error) {
 	if err := ValidatePrefix(prefix); err != nil {
 		return "", err
 	}
-	if resource == "" || strings.HasSuffix(resource, FenceSuffix) || strings.HasSuffix(resource, ChannelSuffix) {
+	if resource == "" || hasReservedSuffix(resource) {
 		return "", ErrBadResource
 	}
 	if _, ok := HashTag(resource); ok {
@@ -61,6 +62,10 @@ func LockKey(prefix, resource string) (string, error) {
 	return prefix + "{" + resource + "}", nil
 }
 
+func hasReservedSuffix(s string) bool {
+	return strings.HasSuffix(s, FenceSuffix) || strings.HasSuffix(s, ChannelSuffix) || strings.HasSuffix(s, QueueSuffix)
+}
+
 // FenceKey returns the key of the fencing counter of the lock stored at
 // lockKey. It shares lockKey's slot.
 func FenceKey(lockKey string) string { return lockKey + FenceSuffix }
@@ -69,6 +74,13 @@ func FenceKey(lockKey string) string { return lockKey + FenceSuffix }
 // lock stored at lockKey are announced. It shares lockKey's slot.
 func ChannelName(lockKey string) string { return lockKey + ChannelSuffix }
 
-// IsHelperKey reports whether key is a helper key ([FenceKey]) rather than a
-// lock key, for tools that scan a key space by prefix.
-func IsHelperKey(key string) bool { return strings.HasSuffix(key, FenceSuffix) }
+// QueueKey returns the key of the list of waiters queued for the lock stored
+// at lockKey (its fair queue: a release hands the lock to the first of them).
+// It shares lockKey's slot.
+func QueueKey(lockKey string) string { return lockKey + QueueSuffix }
+
+// IsHelperKey reports whether key is a helper key ([FenceKey], [QueueKey])
+// rather than a lock key, for tools that scan a key space by prefix.
+func IsHelperKey(key string) bool {
+	return strings.HasSuffix(key, FenceSuffix) || strings.HasSuffix(key, QueueSuffix)
+}

@@ -1,16 +1,72 @@
--- Compare-and-delete, announcing the release to waiters.
--- KEYS[1] lock key; ARGV[1] token
--- Returns 1 when the key held the token and was deleted, 0 when the key is
--- gone (expired), -1 when another token holds it. A deletion is announced
--- with SPUBLISH on "<key>:released" (sharding.ChannelName, in the key's
--- slot); pcall, because a server without sharded pub/sub must still
--- release.
-local v = redis.call('GET', KEYS[1])
-if v == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.pcall('SPUBLISH', KEYS[1] .. ':released', '1')
-  return 1
-elseif v == false then
-  return 0
+-- Compare-and-delete, handing the lock to the first live queued waiter.
+-- KEYS[1] lock key
+-- ARGV[1] token; ARGV[2] now, Unix milliseconds (the releaser's clock);
+-- ARGV[3] the queue entry of the releaser's next local waiter, or '';
+-- ARGV[4] '1' to hand the lock to that waiter before any queued one.
+--
+-- A queue entry is "<deadline ms>:<ttl ms>:<1 to take a fence, else 0>:<token>".
+-- The waiter queue "<key>:waiters" and the fence counter "<key>:fence"
+-- share the key's slot (sharding.LockKey makes sure), so they are derived
+-- here rather than declared: the hot release path sends one key, and a
+-- release during a slot migration is not refused with TRYAGAIN because a
+-- helper key is missing. While a slot migrates, a helper key that has left
+-- this node cannot be read (Redis refuses it as a non-local key): those
+-- calls go through pcall, and the release then deletes the key without a
+-- hand-over; queued waiters find it free when they re-check. The queue is
+-- only written after an entry was popped from it here, so a migrating slot
+-- never gets a second copy of it.
+--
+-- Returns 1 when the key held the token and was deleted (nobody queued),
+-- 0 when the key is gone (expired), -1 when another token holds it,
+-- 2 when the key was handed to a queued waiter (announced with SPUBLISH on
+-- "<key>:released" as "<sha1 of its token> <fence>"; ARGV[3], if given,
+-- queued behind), and {3, fence} when it was handed to ARGV[3]'s waiter.
+local k = KEYS[1]
+local v = redis.call('GET', k)
+if v ~= ARGV[1] then
+  if v == false then return 0 end
+  return -1
 end
-return -1
+
+-- grant sets the key to an entry's token and returns the token and its
+-- fence (0 without); nothing when the fence counter cannot be read here.
+local function grant(e)
+  local _, _, ttl, f, tok = string.find(e, '^%d+:(%d+):(%d):(.+)$')
+  local fence = 0
+  if f == '1' then
+    fence = redis.pcall('INCR', k .. ':fence')
+    if type(fence) ~= 'number' then return nil end
+  end
+  redis.call('SET', k, tok, 'PX', ttl)
+  return tok, fence
+end
+
+local nxt = ARGV[3] or ''
+if nxt ~= '' and ARGV[4] == '1' then
+  local tok, fence = grant(nxt)
+  if tok then return {3, fence} end
+end
+local q = k .. ':waiters'
+local now = tonumber(ARGV[2] or '0')
+for _ = 1, 64 do
+  local e = redis.pcall('LPOP', q)
+  if type(e) ~= 'string' then break end
+  local d = tonumber(string.match(e, '^(%d+):'))
+  if d and d >= now then
+    local tok, fence = grant(e)
+    if not tok then
+      redis.call('LPUSH', q, e)
+      break
+    end
+    redis.pcall('SPUBLISH', k .. ':released', redis.sha1hex(tok) .. ' ' .. fence)
+    if nxt ~= '' then redis.call('RPUSH', q, nxt) end
+    return 2
+  end
+  -- a waiter past its deadline: dropped
+end
+if nxt ~= '' then
+  local tok, fence = grant(nxt)
+  if tok then return {3, fence} end
+end
+redis.call('DEL', k)
+return 1

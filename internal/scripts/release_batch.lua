@@ -1,15 +1,36 @@
 -- Compare-and-delete of several keys of one slot.
--- KEYS[1..n] lock keys; ARGV[1] token
--- Deletes every key that holds the token, announcing each deletion as
--- release.lua does. Returns one status per key: 1 deleted, 0 gone, -1 held
--- by another token.
+-- KEYS[1..n] lock keys; ARGV[1] token, ARGV[2] now, Unix milliseconds.
+-- Each key that holds the token goes to the first live waiter queued for it
+-- alone, as in release.lua (announced the same way, and with its helper keys
+-- derived and read through pcall for the same reasons), or is deleted.
+-- Returns one status per key: 1 released (deleted or handed over), 0 gone,
+-- -1 held by another token.
+local now = tonumber(ARGV[2])
 local out = {}
 for i = 1, #KEYS do
-  local v = redis.call('GET', KEYS[i])
+  local k = KEYS[i]
+  local v = redis.call('GET', k)
   if v == ARGV[1] then
-    redis.call('DEL', KEYS[i])
-    redis.pcall('SPUBLISH', KEYS[i] .. ':released', '1')
     out[i] = 1
+    local granted = false
+    for _ = 1, 64 do
+      local e = redis.pcall('LPOP', k .. ':waiters')
+      if type(e) ~= 'string' then break end
+      local _, _, d, ttl, f, tok = string.find(e, '^(%d+):(%d+):(%d):(.+)$')
+      if d and tonumber(d) >= now then
+        local fence = 0
+        if f == '1' then fence = redis.pcall('INCR', k .. ':fence') end
+        if type(fence) ~= 'number' then
+          redis.call('LPUSH', k .. ':waiters', e)
+          break
+        end
+        redis.call('SET', k, tok, 'PX', ttl)
+        redis.pcall('SPUBLISH', k .. ':released', redis.sha1hex(tok) .. ' ' .. fence)
+        granted = true
+        break
+      end
+    end
+    if not granted then redis.call('DEL', k) end
   elseif v == false then
     out[i] = 0
   else

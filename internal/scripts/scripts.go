@@ -14,6 +14,8 @@ var (
 	acquireFencedSrc string
 	//go:embed release.lua
 	releaseSrc string
+	//go:embed acquire_queue.lua
+	acquireQueueSrc string
 	//go:embed extend.lua
 	extendSrc string
 	//go:embed pttl.lua
@@ -32,6 +34,7 @@ var (
 var (
 	AcquireFenced = redis.NewScript(acquireFencedSrc)
 	Release       = redis.NewScript(releaseSrc)
+	AcquireQueue  = redis.NewScript(acquireQueueSrc)
 	Extend        = redis.NewScript(extendSrc)
 	PTTL          = redis.NewScript(pttlSrc)
 	AcquireBatch  = redis.NewScript(acquireBatchSrc)
@@ -42,5 +45,5 @@ var (
 
 // All lists every script, for preloading.
 func All() []*redis.Script {
-	return []*redis.Script{AcquireFenced, Release, Extend, PTTL, AcquireBatch, ReleaseBatch, ExtendBatch, PTTLBatch}
+	return []*redis.Script{AcquireFenced, Release, AcquireQueue, Extend, PTTL, AcquireBatch, ReleaseBatch, ExtendBatch, PTTLBatch}
 }

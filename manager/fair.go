@@ -1,0 +1,339 @@
+package manager
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/shardlock/shardlock/internal/scripts"
+	"github.com/shardlock/shardlock/sharding"
+)
+
+// The fair queue.
+//
+// A waiting Acquire of one resource queues up twice. In this process, the
+// waiters of a resource form a local queue (localQueue) and only its head,
+// the waiter whose turn it is, deals with Redis. In Redis, that head puts an
+// entry on the lock's waiter list (sharding.QueueKey) and waits for its
+// turn there: release.lua hands the key straight to the first live entry
+// (SET to the entry's token, with the entry's TTL) and announces it on the
+// lock's channel, so the waiter holds the lock the moment it hears, without
+// another round trip and without a herd of retries. Announcements are at
+// most once, so a waiter also re-checks (acquire_queue.lua) at a bounded
+// interval; a re-check finds a missed hand-over as its own token in the key.
+//
+// A process that holds the lock and has local waiters queues its next
+// waiter with the release, and may hand the lock to it directly, up to
+// maxLocalHandoffs times in a row, before the next process in Redis's queue
+// gets it.
+
+// maxLocalHandoffs bounds how many times in a row a process passes a lock to
+// its own next waiter while other processes may be queued for it.
+const maxLocalHandoffs = 3
+
+// fairRecheck is the shortest re-check interval of a queued waiter.
+const fairRecheck = 100 * time.Millisecond
+
+// fairWaiter is the waiter whose turn it is in a local queue, as far as the
+// fair queue in Redis is concerned. Guarded by localQueues.mu.
+type fairWaiter struct {
+	token    string
+	digest   string // sha1 hex of token, as release.lua announces it
+	ttl      time.Duration
+	fencing  bool
+	deadline time.Time // the waiter gives up by then; its entry is dead after
+	entry    string    // its entry in Redis's queue once queued (or being queued), else ""
+	regAt    time.Time // send time of the first write that queued entry
+	left     bool      // gave up or acquired otherwise
+	ch       chan grantMsg
+}
+
+// grantMsg tells a fair waiter that it holds the lock (retry false), or that
+// it must attempt on its own (retry true: nobody queued it after all).
+type grantMsg struct {
+	fence     uint64
+	validFrom time.Time
+	retry     bool
+}
+
+func newFairWaiter(token string, ac *acquireConfig, deadline time.Time) *fairWaiter {
+	sum := sha1.Sum([]byte(token))
+	return &fairWaiter{token: token, digest: hex.EncodeToString(sum[:]), ttl: ac.ttl,
+		fencing: ac.fencing, deadline: deadline, ch: make(chan grantMsg, 1)}
+}
+
+// entryFor formats w's queue entry (see release.lua).
+func (w *fairWaiter) makeEntry() string {
+	f := "0"
+	if w.fencing {
+		f = "1"
+	}
+	return strconv.FormatInt(w.deadline.UnixMilli(), 10) + ":" + strconv.FormatInt(w.ttl.Milliseconds(), 10) + ":" + f + ":" + w.token
+}
+
+// send delivers g without blocking (the channel holds one message; a newer
+// grant replaces nothing: the first one stands).
+func (w *fairWaiter) send(g grantMsg) {
+	select {
+	case w.ch <- g:
+	default:
+	}
+}
+
+// localQueues makes the waiters of one resource in this process queue up,
+// so that only one of them at a time contends in Redis.
+type localQueues struct {
+	mu     sync.Mutex
+	queues map[string]*localQueue
+	max    int          // waiters per resource at most; 0: no limit
+	active atomic.Int64 // len(queues), read without the lock by busy
+}
+
+type localQueue struct {
+	turn    chan struct{} // holds the token while no waiter contends
+	members int
+
+	// The fair queue, under localQueues.mu.
+	head   *fairWaiter // the waiter whose turn it is, in fair mode
+	holder *Lock       // a lock on the key that a waiter of this queue took, while held
+	streak int         // hand-overs in a row to this process's own waiters
+}
+
+// join enters the queue of key, or returns ErrTooManyWaiters.
+func (lq *localQueues) join(key string) (*localQueue, error) {
+	lq.mu.Lock()
+	defer lq.mu.Unlock()
+	q := lq.queues[key]
+	if q == nil {
+		q = &localQueue{turn: make(chan struct{}, 1)}
+		q.turn <- struct{}{}
+		lq.queues[key] = q
+		lq.active.Add(1)
+	}
+	if lq.max > 0 && q.members >= lq.max {
+		return nil, ErrTooManyWaiters
+	}
+	q.members++
+	return q, nil
+}
+
+// busy reports whether local waiters are queued for key.
+func (lq *localQueues) busy(key string) bool {
+	if lq.active.Load() == 0 {
+		return false // nobody waits anywhere: the common case
+	}
+	lq.mu.Lock()
+	defer lq.mu.Unlock()
+	return lq.queues[key] != nil
+}
+
+// leave quits the queue of key.
+func (lq *localQueues) leave(key string, q *localQueue) {
+	lq.mu.Lock()
+	defer lq.mu.Unlock()
+	q.members--
+	if q.members == 0 {
+		delete(lq.queues, key)
+		lq.active.Add(-1)
+	}
+}
+
+// setHead makes w the head of q and reports whether a lock taken through q
+// is held now (then its release queues w, and w need not attempt).
+func (lq *localQueues) setHead(q *localQueue, w *fairWaiter) (holderPresent bool) {
+	lq.mu.Lock()
+	defer lq.mu.Unlock()
+	q.head = w
+	return q.holder != nil
+}
+
+// markQueued records that w's entry is being queued by a write sent at
+// sentAt. It reports false when w is queued already.
+func (lq *localQueues) markQueued(w *fairWaiter, sentAt time.Time) (entry string, recheck bool) {
+	lq.mu.Lock()
+	defer lq.mu.Unlock()
+	if w.entry != "" {
+		return w.entry, true
+	}
+	w.entry, w.regAt = w.makeEntry(), sentAt
+	return w.entry, false
+}
+
+// acquired records that w's waiter took l: l is q's holder now.
+func (lq *localQueues) acquired(q *localQueue, w *fairWaiter, l *Lock) {
+	lq.mu.Lock()
+	defer lq.mu.Unlock()
+	if w != nil {
+		w.left = true
+		if q.head == w {
+			q.head = nil
+		}
+	}
+	q.holder = l
+}
+
+// giveUp takes w out of q; it returns w's entry when w was (or was being)
+// queued in Redis, so the caller can take it out there.
+func (lq *localQueues) giveUp(q *localQueue, w *fairWaiter) (entry string) {
+	lq.mu.Lock()
+	defer lq.mu.Unlock()
+	w.left = true
+	if q.head == w {
+		q.head = nil
+	}
+	return w.entry
+}
+
+// handover is what a release does for this process's next waiter.
+type handover struct {
+	w     *fairWaiter // nil: nothing
+	q     *localQueue
+	local bool // hand the lock to w before anyone queued in Redis
+	entry string
+}
+
+// nextForRelease picks the local waiter that the release of l (sent at
+// sentAt) should queue or hand the lock to: the head of key's local queue
+// when nobody has queued it yet.
+func (lq *localQueues) nextForRelease(l *Lock, sentAt time.Time) handover {
+	if lq.active.Load() == 0 {
+		return handover{}
+	}
+	lq.mu.Lock()
+	defer lq.mu.Unlock()
+	q := lq.queues[l.key]
+	if q == nil {
+		return handover{}
+	}
+	if q.holder == l {
+		q.holder = nil
+	}
+	w := q.head
+	if w == nil || w.entry != "" || w.left {
+		return handover{}
+	}
+	w.entry, w.regAt = w.makeEntry(), sentAt
+	return handover{w: w, q: q, local: q.streak < maxLocalHandoffs, entry: w.entry}
+}
+
+// afterRelease settles a handover with the release script's outcome: code
+// as release.lua returns it, or ambiguous when the reply was lost.
+func (m *Manager) afterRelease(l *Lock, h handover, code int64, fence uint64, sentAt time.Time, ambiguous bool) {
+	if h.w == nil {
+		return
+	}
+	lq := &m.queues
+	lq.mu.Lock()
+	defer lq.mu.Unlock()
+	w := h.w
+	switch {
+	case code == 3: // w holds the lock now
+		if h.local {
+			h.q.streak++
+		} else {
+			h.q.streak = 0
+		}
+		if w.left {
+			// The waiter gave up meanwhile: the lock is nobody's.
+			m.sched.addOrphan(l.key, w.token, sentAt.Add(w.ttl))
+			return
+		}
+		w.send(grantMsg{fence: fence, validFrom: sentAt})
+	case code == 2: // w is queued behind the waiter that got the lock
+		h.q.streak = 0
+	case ambiguous:
+		// w may or may not be queued (or hold the lock): its re-check
+		// finds out.
+	default: // the script did not run its hand-over: w must attempt
+		if w.entry == h.entry {
+			w.entry = ""
+		}
+		w.send(grantMsg{retry: true})
+	}
+}
+
+// holderGone forgets l as the holder of its key's local queue (it was
+// released or lost); a head that waited for l's release to queue it
+// attempts on its own.
+func (lq *localQueues) holderGone(l *Lock) {
+	if lq.active.Load() == 0 {
+		return
+	}
+	lq.mu.Lock()
+	defer lq.mu.Unlock()
+	q := lq.queues[l.key]
+	if q == nil || q.holder != l {
+		return
+	}
+	q.holder = nil
+	if w := q.head; w != nil && w.entry == "" && !w.left {
+		w.send(grantMsg{retry: true})
+	}
+}
+
+// announced handles a hand-over announced on key's channel: payload is
+// "<sha1 of the new holder's token> <fence>".
+func (lq *localQueues) announced(key, payload string) {
+	digest, fenceStr, ok := strings.Cut(payload, " ")
+	if !ok || lq.active.Load() == 0 {
+		return
+	}
+	lq.mu.Lock()
+	defer lq.mu.Unlock()
+	q := lq.queues[key]
+	if q == nil || q.head == nil || q.head.left || q.head.entry == "" || q.head.digest != digest {
+		return
+	}
+	fence, _ := strconv.ParseUint(fenceStr, 10, 64)
+	q.head.send(grantMsg{fence: fence, validFrom: q.head.regAt})
+}
+
+// channelKey returns the lock key whose channel is ch.
+func channelKey(ch string) string { return strings.TrimSuffix(ch, sharding.ChannelSuffix) }
+
+// attemptQueued runs acquire_queue.lua for w: take the key if free, else
+// queue w's entry (or, on a re-check, make sure it is queued).
+func (m *Manager) attemptQueued(ctx context.Context, key string, w *fairWaiter, ac *acquireConfig) (status int, fence uint64, err error) {
+	entry, recheck := m.queues.markQueued(w, time.Now())
+	fencing, re := "0", "0"
+	if ac.fencing {
+		fencing = "1"
+	}
+	if recheck {
+		re = "1"
+	}
+	res, err := scripts.AcquireQueue.Run(ctx, m.cmd, []string{key, sharding.QueueKey(key), sharding.FenceKey(key)},
+		w.token, ac.ttlMs, fencing, entry, re).Slice()
+	status, fence, err = parseFenced(res, err)
+	if err != nil && !isAmbiguous(err) && !recheck {
+		// Not queued: the next attempt queues it.
+		m.queues.mu.Lock()
+		if w.entry == entry {
+			w.entry = ""
+		}
+		m.queues.mu.Unlock()
+	}
+	return status, fence, err
+}
+
+// leaveQueued takes a waiter that gave up out of Redis's queue; if its entry
+// is not there (it may have been handed the lock already, or be about to
+// be), its token goes to the orphan reaper.
+func (m *Manager) leaveQueued(key string, w *fairWaiter, entry string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	n, err := m.client.LRem(ctx, sharding.QueueKey(key), 1, entry).Result()
+	if err == nil && n == 1 {
+		return
+	}
+	until := time.Now()
+	if w.deadline.After(until) {
+		until = w.deadline
+	}
+	m.sched.addOrphan(key, w.token, until.Add(w.ttl))
+}
