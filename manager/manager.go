@@ -254,10 +254,10 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 		transient      bool        // the last attempt failed for a transient reason
 		// The fair queue (see fair.go): one resource, notifications on, no
 		// replica acknowledgement.
-		fair      = wait && tg.batch == nil && m.notify != nil && m.cfg.replicas == 0
-		fw        *fairWaiter // this waiter in the fair queue, once its turn came
-		granted   *grantMsg   // a hand-over received, to be taken up
-		skipOnce  bool        // a local holder's release will queue us: no attempt now
+		fair     = wait && tg.batch == nil && m.notify != nil && m.cfg.replicas == 0
+		fw       *fairWaiter // this waiter in the fair queue, once its turn came
+		granted  *grantMsg   // a hand-over received, to be taken up
+		skipOnce bool        // a local holder's release will queue us: no attempt now
 	)
 	defer func() {
 		if timer != nil {
