@@ -1,0 +1,257 @@
+package manager_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardlock/shardlock/internal/testenv"
+	"github.com/shardlock/shardlock/manager"
+	"github.com/shardlock/shardlock/sharding"
+)
+
+// slowRecheck makes queued waiters re-check only every 5 s, so that a test
+// sees whether they were handed the lock (at once) or found it themselves.
+var slowRecheck = manager.WithRetry(manager.LinearBackoff(5 * time.Second))
+
+// queueLen returns how many waiters are queued in Redis for key.
+func queueLen(t *testing.T, c redis.UniversalClient, key string) int64 {
+	t.Helper()
+	n, err := c.LLen(context.Background(), sharding.QueueKey(key)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+type acquired struct {
+	who  int
+	l    *manager.Lock
+	err  error
+	when time.Time
+}
+
+// Waiters of different managers get the lock in the order they queued, each
+// handed it by the release before (not by a re-check), and nothing is left
+// behind in Redis.
+func TestRealFairQueueOrder(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := ctxT(t)
+		res := testenv.Unique("fair")
+		var ms []*manager.Manager
+		for i := range 4 {
+			ms = append(ms, newManager(t, c, slowRecheck, manager.WithOwner(fmt.Sprintf("fair-%d", i)), manager.WithFencing(true)))
+		}
+		holder, err := ms[0].TryAcquire(ctx, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := holder.Key()
+		got := make(chan acquired, 3)
+		for i := 1; i <= 3; i++ {
+			go func() {
+				l, err := ms[i].Acquire(ctx, res)
+				got <- acquired{who: i, l: l, err: err, when: time.Now()}
+			}()
+			// Queue them one after the other.
+			eventually(t, 5*time.Second, fmt.Sprintf("waiter %d queued", i), func() bool { return queueLen(t, c, key) == int64(i) })
+		}
+		prev := holder
+		for i := 1; i <= 3; i++ {
+			released := time.Now()
+			if err := prev.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			a := <-got
+			if a.err != nil {
+				t.Fatal(a.err)
+			}
+			if a.who != i {
+				t.Fatalf("waiter %d got the lock before waiter %d", a.who, i)
+			}
+			if a.l.Fence() != prev.Fence()+1 {
+				t.Fatalf("fence %d after %d", a.l.Fence(), prev.Fence())
+			}
+			// The re-check is 5 s away: well under it means a hand-over.
+			if waited := a.when.Sub(released); waited > 2*time.Second {
+				t.Fatalf("waiter %d took %v after the release: it re-checked instead of being handed the lock", i, waited)
+			}
+			if err := a.l.Extend(ctx, 10*time.Second); err != nil {
+				t.Fatalf("handed-over lock: extend: %v", err)
+			}
+			prev = a.l
+		}
+		if err := prev.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := c.Exists(ctx, key, sharding.QueueKey(key)).Val(); n != 0 {
+			t.Fatalf("%d of the lock key and its queue left behind", n)
+		}
+	})
+}
+
+// A queued waiter that gives up leaves the queue; a release after that
+// deletes the key instead of handing it to nobody.
+func TestRealFairQueueGiveUp(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, c redis.UniversalClient) {
+		m := newManager(t, c, slowRecheck)
+		res := testenv.Unique("giveup")
+		holder, err := m.TryAcquire(ctxT(t), res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiter := newManager(t, c, slowRecheck)
+		ctx, cancel := context.WithCancel(ctxT(t))
+		errc := make(chan error, 1)
+		go func() {
+			_, err := waiter.Acquire(ctx, res)
+			errc <- err
+		}()
+		eventually(t, 5*time.Second, "waiter queued", func() bool { return queueLen(t, c, holder.Key()) == 1 })
+		cancel()
+		if err := <-errc; !errors.Is(err, manager.ErrNotAcquired) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled waiter: %v", err)
+		}
+		if n := queueLen(t, c, holder.Key()); n != 0 {
+			t.Fatalf("%d entries left in the queue", n)
+		}
+		if err := holder.Release(ctxT(t)); err != nil {
+			t.Fatal(err)
+		}
+		if n := c.Exists(ctxT(t), holder.Key()).Val(); n != 0 {
+			t.Fatal("released key still there")
+		}
+	})
+}
+
+// An entry past its deadline (a waiter that died without leaving) is
+// dropped, not handed the lock.
+func TestRealFairQueueSkipsDeadEntries(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := ctxT(t)
+		m := newManager(t, c)
+		holder, err := m.TryAcquire(ctx, testenv.Unique("dead"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := sharding.QueueKey(holder.Key())
+		past := time.Now().Add(-time.Second).UnixMilli()
+		if err := c.RPush(ctx, q, fmt.Sprintf("%d:10000:0:sl1.dead-1", past), fmt.Sprintf("%d:10000:0:sl1.dead-2", past)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := holder.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := c.Exists(ctx, holder.Key(), q).Val(); n != 0 {
+			t.Fatalf("key %q = %q, queue length %d: a dead waiter got the lock", holder.Key(), c.Get(ctx, holder.Key()).Val(), c.LLen(ctx, q).Val())
+		}
+	})
+}
+
+// Announcements are at most once: a waiter whose hand-over went unannounced
+// finds its own token in the key when it re-checks, and holds the lock.
+func TestRealFairQueueMissedAnnouncement(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := ctxT(t)
+		m := newManager(t, c, manager.WithRetry(manager.LinearBackoff(50*time.Millisecond)))
+		res := testenv.Unique("missed")
+		key, err := sharding.LockKey(sharding.DefaultPrefix, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Held by someone outside shardlock, so no release script runs.
+		if err := c.Set(ctx, key, "someone-else", 10*time.Second).Err(); err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan acquired, 1)
+		go func() {
+			l, err := m.Acquire(ctx, res)
+			got <- acquired{l: l, err: err}
+		}()
+		eventually(t, 5*time.Second, "waiter queued", func() bool { return queueLen(t, c, key) == 1 })
+		// Hand the key over by hand, announcing nothing.
+		entry, err := c.LPop(ctx, sharding.QueueKey(key)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts := strings.SplitN(entry, ":", 4)
+		if len(parts) != 4 {
+			t.Fatalf("entry %q", entry)
+		}
+		if err := c.Set(ctx, key, parts[3], 10*time.Second).Err(); err != nil {
+			t.Fatal(err)
+		}
+		a := <-got
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+		if a.l.Token() != parts[3] {
+			t.Fatal("the waiter holds a token other than its queued one")
+		}
+		if err := a.l.Release(ctx); err != nil {
+			t.Fatalf("release: %v", err)
+		}
+	})
+}
+
+// Waiters of one manager take the lock in turn, handed it by each other's
+// release, with fences rising.
+func TestRealFairQueueLocalHandoff(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := ctxT(t)
+		m := newManager(t, c, slowRecheck, manager.WithFencing(true))
+		res := testenv.Unique("local")
+		holder, err := m.TryAcquire(ctx, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const waiters = 6
+		got := make(chan acquired, waiters)
+		var (
+			mu    sync.Mutex
+			order []uint64
+		)
+		for range waiters {
+			go func() {
+				l, err := m.Acquire(ctx, res)
+				if err == nil {
+					mu.Lock()
+					order = append(order, l.Fence()) // in acquisition order: we hold the lock
+					mu.Unlock()
+					time.Sleep(time.Millisecond) // hold it a moment, as a caller would
+					err = l.Release(ctx)
+				}
+				got <- acquired{l: l, err: err}
+			}()
+		}
+		eventually(t, 5*time.Second, "first waiter queued", func() bool { return queueLen(t, c, holder.Key()) == 1 })
+		start := time.Now()
+		if err := holder.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for range waiters {
+			if a := <-got; a.err != nil {
+				t.Fatal(a.err)
+			}
+		}
+		last := holder.Fence()
+		for _, f := range order {
+			if f <= last {
+				t.Fatalf("fences in acquisition order %v after %d", order, holder.Fence())
+			}
+			last = f
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Fatalf("%d local waiters took %v: they re-checked instead of being handed the lock", waiters, d)
+		}
+		if n := c.Exists(ctx, holder.Key(), sharding.QueueKey(holder.Key())).Val(); n != 0 {
+			t.Fatalf("%d of the lock key and its queue left behind", n)
+		}
+	})
+}
