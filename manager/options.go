@@ -170,11 +170,16 @@ func WithTraceID(f func(context.Context) string) Option {
 	return optionFunc(func(c *config) { c.traceID = f })
 }
 
-// WithNotifications turns waiting on release notifications on or off. On
-// (the default), a waiting Acquire wakes when the lock's holder releases it
-// (sharded pub/sub, one connection per node shared by all waiters) and
-// re-checks on the retry strategy's timer besides, since notifications can
-// be lost and an expiring key announces nothing. Off, it only polls.
+// WithNotifications turns the fair queue on or off. On (the default), a
+// waiting Acquire of one resource queues up in Redis (on the lock's waiter
+// list) and its manager listens on the lock's channel (sharded pub/sub, one
+// connection per node shared by all waiters): a release hands the lock to
+// the first queued waiter and announces it, so the waiter holds the lock
+// when it hears. Announcements can be lost and an expiring key announces
+// nothing, so queued waiters also re-check, on the retry strategy's timer
+// but at most every 100 ms. Off, waiters only poll, and never get a lock
+// that queued waiters are owed. Batch and multi-slot acquires, and acquires
+// under WithReplicaAck, always poll.
 func WithNotifications(on bool) Option { return optionFunc(func(c *config) { c.notifications = on }) }
 
 // WithMaxLocalWaiters caps the Acquire calls of this Manager waiting for
