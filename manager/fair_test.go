@@ -62,6 +62,16 @@ func TestRealFairQueueOrder(t *testing.T) {
 			// Queue them one after the other.
 			eventually(t, 5*time.Second, fmt.Sprintf("waiter %d queued", i), func() bool { return queueLen(t, c, key) == int64(i) })
 		}
+		// A queued waiter marks the key; its holder still owns it.
+		if v := c.Get(ctx, key).Val(); v != holder.Token()+manager.QueuedMark {
+			t.Fatalf("key holds %q with waiters queued", v)
+		}
+		if ttl, err := holder.TTL(ctx); err != nil || ttl <= 0 {
+			t.Fatalf("TTL of a marked key: %v, %v", ttl, err)
+		}
+		if _, err := manager.ParseToken(c.Get(ctx, key).Val()); err != nil {
+			t.Fatalf("ParseToken of a marked value: %v", err)
+		}
 		prev := holder
 		for i := 1; i <= 3; i++ {
 			released := time.Now()
@@ -143,6 +153,10 @@ func TestRealFairQueueSkipsDeadEntries(t *testing.T) {
 		q := sharding.QueueKey(holder.Key())
 		past := time.Now().Add(-time.Second).UnixMilli()
 		if err := c.RPush(ctx, q, fmt.Sprintf("%d:10000:0:sl1.dead-1", past), fmt.Sprintf("%d:10000:0:sl1.dead-2", past)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		// As a waiter that queues marks the key.
+		if err := c.SetArgs(ctx, holder.Key(), holder.Token()+manager.QueuedMark, redis.SetArgs{KeepTTL: true}).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if err := holder.Release(ctx); err != nil {

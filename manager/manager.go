@@ -528,7 +528,7 @@ func parseSetNXGet(cmd *redis.StringCmd, token string) (int, error) {
 		return attemptFresh, nil
 	case err != nil:
 		return 0, err
-	case old == token:
+	case old == token || (len(old) == len(token)+1 && old[len(token):] == QueuedMark && old[:len(token)] == token):
 		return attemptReplay, nil
 	}
 	return attemptContended, nil

@@ -74,10 +74,17 @@ func newToken(owner string, now time.Time) string {
 	return sb.String()
 }
 
+// QueuedMark follows the token in a lock key's value while waiters may be
+// queued for the lock in Redis (see the fair queue in WithNotifications):
+// its release then hands the lock over instead of deleting the key. Owner
+// ids are printable, so no token ends in it.
+const QueuedMark = "\x1e"
+
 // ParseToken reads a token made by shardlock (the value stored at a lock
-// key). It returns ErrBadToken for anything else. The exporter uses it to
-// find locks held too long.
+// key, with or without QueuedMark). It returns ErrBadToken for anything
+// else. The exporter uses it to find locks held too long.
 func ParseToken(s string) (TokenInfo, error) {
+	s = strings.TrimSuffix(s, QueuedMark)
 	parts := strings.SplitN(s, ".", 4)
 	if len(parts) != 4 || parts[0] != TokenVersion || len(parts[2]) != randomChars {
 		return TokenInfo{}, ErrBadToken

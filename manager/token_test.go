@@ -22,6 +22,16 @@ func TestTokenRoundTrip(t *testing.T) {
 	}
 }
 
+// A lock key's value may carry the queued mark after the token.
+func TestParseTokenWithQueuedMark(t *testing.T) {
+	now := time.UnixMilli(1700000000123)
+	tok := newToken("svc-1", now)
+	info, err := ParseToken(tok + QueuedMark)
+	if err != nil || info.Owner != "svc-1" || !info.AcquiredAt.Equal(now) {
+		t.Fatalf("%+v, %v", info, err)
+	}
+}
+
 func TestParseTokenRejects(t *testing.T) {
 	good := newToken("o", time.UnixMilli(1))
 	parts := strings.SplitN(good, ".", 4)

@@ -3,15 +3,17 @@
 -- ARGV[1] token, ARGV[2] TTL in milliseconds, ARGV[3] '1' to take fences.
 -- Returns {0, i...} with the (1-based) indices of keys another token holds;
 -- else {1, fence...} when this call set the keys, {2, fence...} when every
--- key already held this token (a re-sent attempt). Fences only with fencing.
+-- key already held this token (a re-sent attempt; a key may hold it with
+-- release.lua's queued mark "\30"). Fences only with fencing.
 local fencing = ARGV[3] == '1'
 local n = #KEYS
 if fencing then n = n / 2 end
-local held, mine = {}, 0
+local held, mine, vals = {}, 0, {}
 for i = 1, n do
   local v = redis.call('GET', KEYS[i])
-  if v == ARGV[1] then
+  if v == ARGV[1] or v == ARGV[1] .. '\30' then
     mine = mine + 1
+    vals[i] = v -- kept as it is: the queued mark of release.lua stays
   elseif v then
     held[#held + 1] = i
   end
@@ -23,7 +25,7 @@ end
 local out = {1}
 if mine == n then out[1] = 2 end
 for i = 1, n do
-  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
+  redis.call('SET', KEYS[i], vals[i] or ARGV[1], 'PX', ARGV[2])
 end
 if fencing then
   for i = 1, n do

@@ -8,18 +8,25 @@
 -- takes its entry out of the queue), {2, fence} when the key already holds
 -- this token (a re-sent attempt, or a hand-over whose announcement was
 -- missed), {0, 0} when another token holds it: the entry is then queued,
--- unless a re-check finds it there already.
+-- unless a re-check finds it there already, and the key gets release.lua's
+-- queued mark "\30".
+local mark = '\30'
 local v = redis.call('GET', KEYS[1])
 if v == false then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   if ARGV[5] == '1' then redis.call('LREM', KEYS[2], 1, ARGV[4]) end
+  local val = ARGV[1]
+  if redis.call('EXISTS', KEYS[2]) == 1 then val = val .. mark end -- others still queued
+  redis.call('SET', KEYS[1], val, 'PX', ARGV[2])
   if ARGV[3] == '1' then return {1, redis.call('INCR', KEYS[3])} end
   return {1, 0}
-elseif v == ARGV[1] then
+elseif v == ARGV[1] or v == ARGV[1] .. mark then
   if ARGV[3] == '1' then return {2, tonumber(redis.call('GET', KEYS[3]) or '0')} end
   return {2, 0}
 end
 if ARGV[5] ~= '1' or not redis.call('LPOS', KEYS[2], ARGV[4]) then
   redis.call('RPUSH', KEYS[2], ARGV[4])
+end
+if string.sub(v, -1) ~= mark then
+  redis.call('SET', KEYS[1], v .. mark, 'KEEPTTL')
 end
 return {0, 0}

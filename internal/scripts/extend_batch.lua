@@ -1,6 +1,7 @@
 -- Compare-and-pexpire of several keys of one slot, all or none. Never
 -- re-creates a key that has gone.
--- KEYS[1..n] lock keys; ARGV[1] token, ARGV[2] new TTL in milliseconds
+-- KEYS[1..n] lock keys; ARGV[1] token (a key may also hold it followed by
+-- the queued mark "\30", see release.lua), ARGV[2] new TTL in milliseconds
 -- Returns 1 when every key held the token and was extended; otherwise
 -- extends nothing and returns -1 when another token holds a key, else 0.
 local gone = false
@@ -8,7 +9,7 @@ for i = 1, #KEYS do
   local v = redis.call('GET', KEYS[i])
   if v == false then
     gone = true
-  elseif v ~= ARGV[1] then
+  elseif v ~= ARGV[1] and v ~= ARGV[1] .. '\30' then
     return -1
   end
 end

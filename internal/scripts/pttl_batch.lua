@@ -1,5 +1,6 @@
 -- Remaining TTL of a batch lock, only for its holder: the smallest PTTL.
--- KEYS[1..n] lock keys; ARGV[1] token
+-- KEYS[1..n] lock keys; ARGV[1] token (a key may also hold it followed by
+-- the queued mark "\30", see release.lua)
 -- Returns the smallest PTTL in milliseconds (>= 0) when every key holds the
 -- token, -2 when another token holds one, else -1 (a key is gone).
 local least = -1
@@ -8,7 +9,7 @@ for i = 1, #KEYS do
   local v = redis.call('GET', KEYS[i])
   if v == false then
     gone = true
-  elseif v ~= ARGV[1] then
+  elseif v ~= ARGV[1] and v ~= ARGV[1] .. '\30' then
     return -2
   else
     local t = redis.call('PTTL', KEYS[i])

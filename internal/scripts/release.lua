@@ -4,32 +4,44 @@
 -- ARGV[3] the queue entry of the releaser's next local waiter, or '';
 -- ARGV[4] '1' to hand the lock to that waiter before any queued one.
 --
--- A queue entry is "<deadline ms>:<ttl ms>:<1 to take a fence, else 0>:<token>".
--- The waiter queue "<key>:waiters" and the fence counter "<key>:fence"
--- share the key's slot (sharding.LockKey makes sure), so they are derived
--- here rather than declared: the hot release path sends one key, and a
--- release during a slot migration is not refused with TRYAGAIN because a
--- helper key is missing. While a slot migrates, a helper key that has left
--- this node cannot be read (Redis refuses it as a non-local key): those
--- calls go through pcall, and the release then deletes the key without a
--- hand-over; queued waiters find it free when they re-check. The queue is
--- only written after an entry was popped from it here, so a migrating slot
--- never gets a second copy of it.
+-- Waiters queue on the list "<key>:waiters" (acquire_queue.lua), entries
+-- "<deadline ms>:<ttl ms>:<1 to take a fence, else 0>:<token>". A key that
+-- may have queued waiters holds its token followed by the mark "\30" (a
+-- byte no owner id, and so no token, ends in): the mark is set by a waiter
+-- that queues and by every hand-over. A key without it has nobody queued,
+-- and its release is a plain compare-and-delete: the uncontended path pays
+-- nothing for the queue.
 --
--- Returns 1 when the key held the token and was deleted (nobody queued),
--- 0 when the key is gone (expired), -1 when another token holds it,
--- 2 when the key was handed to a queued waiter (announced with SPUBLISH on
--- "<key>:released" as "<sha1 of its token> <fence>"; ARGV[3], if given,
--- queued behind), and {3, fence} when it was handed to ARGV[3]'s waiter.
+-- The queue and the fence counter "<key>:fence" share the key's slot
+-- (sharding.LockKey makes sure), so they are derived here rather than
+-- declared: the hot path sends one key, and a release during a slot
+-- migration is not refused with TRYAGAIN because a helper key is missing.
+-- While a slot migrates, a helper key that has left this node cannot be
+-- read (Redis refuses it as a non-local key): those calls go through
+-- pcall, and the release then deletes the key without a hand-over; queued
+-- waiters find it free when they re-check. The queue is only written after
+-- an entry was popped from it here, so a migrating slot never gets a second
+-- copy of it.
+--
+-- Returns 1 when the key held the token and was deleted, 0 when the key is
+-- gone (expired), -1 when another token holds it, 2 when the key was handed
+-- to a queued waiter (announced with SPUBLISH on "<key>:released" as
+-- "<sha1 of its token> <fence>"; ARGV[3], if given, queued behind it), and
+-- {3, fence} when it was handed to ARGV[3]'s waiter.
 local k = KEYS[1]
 local v = redis.call('GET', k)
-if v ~= ARGV[1] then
+local nxt = ARGV[3] or ''
+if v == ARGV[1] and nxt == '' then
+  redis.call('DEL', k)
+  return 1
+end
+if v ~= ARGV[1] and v ~= ARGV[1] .. '\30' then
   if v == false then return 0 end
   return -1
 end
 
--- grant sets the key to an entry's token and returns the token and its
--- fence (0 without); nothing when the fence counter cannot be read here.
+-- grant sets the key to an entry's token (marked) and returns the token and
+-- its fence (0 without); nothing when the fence counter cannot be read here.
 local function grant(e)
   local _, _, ttl, f, tok = string.find(e, '^%d+:(%d+):(%d):(.+)$')
   local fence = 0
@@ -37,11 +49,10 @@ local function grant(e)
     fence = redis.pcall('INCR', k .. ':fence')
     if type(fence) ~= 'number' then return nil end
   end
-  redis.call('SET', k, tok, 'PX', ttl)
+  redis.call('SET', k, tok .. '\30', 'PX', ttl)
   return tok, fence
 end
 
-local nxt = ARGV[3] or ''
 if nxt ~= '' and ARGV[4] == '1' then
   local tok, fence = grant(nxt)
   if tok then return {3, fence} end

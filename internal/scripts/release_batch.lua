@@ -1,8 +1,9 @@
 -- Compare-and-delete of several keys of one slot.
 -- KEYS[1..n] lock keys; ARGV[1] token, ARGV[2] now, Unix milliseconds.
--- Each key that holds the token goes to the first live waiter queued for it
--- alone, as in release.lua (announced the same way, and with its helper keys
--- derived and read through pcall for the same reasons), or is deleted.
+-- Each key that holds the token is deleted; one that holds it with the
+-- queued mark goes to the first live waiter queued for it alone, as in
+-- release.lua (announced the same way, with its helper keys derived and read
+-- through pcall for the same reasons), or is deleted when none is live.
 -- Returns one status per key: 1 released (deleted or handed over), 0 gone,
 -- -1 held by another token.
 local now = tonumber(ARGV[2])
@@ -11,6 +12,9 @@ for i = 1, #KEYS do
   local k = KEYS[i]
   local v = redis.call('GET', k)
   if v == ARGV[1] then
+    out[i] = 1
+    redis.call('DEL', k) -- nobody queued
+  elseif v == ARGV[1] .. '\30' then
     out[i] = 1
     local granted = false
     for _ = 1, 64 do
@@ -24,7 +28,7 @@ for i = 1, #KEYS do
           redis.call('LPUSH', k .. ':waiters', e)
           break
         end
-        redis.call('SET', k, tok, 'PX', ttl)
+        redis.call('SET', k, tok .. '\30', 'PX', ttl)
         redis.pcall('SPUBLISH', k .. ':released', redis.sha1hex(tok) .. ' ' .. fence)
         granted = true
         break
