@@ -145,18 +145,23 @@ func (m *Manager) acquireBatch(ctx context.Context, resources []string, opts []A
 	return m.acquireMeasured(ctx, target{resource: resources[0], key: key0, batch: b}, &ac, wait)
 }
 
+// batchScriptKeys returns the keys and the fencing argument of
+// acquire_batch.lua for b.
+func batchScriptKeys(b *batchInfo, fencing bool) ([]string, string) {
+	if !fencing {
+		return b.keys, "0"
+	}
+	keys := make([]string, 0, 2*len(b.keys))
+	keys = append(keys, b.keys...)
+	for _, k := range b.keys {
+		keys = append(keys, sharding.FenceKey(k))
+	}
+	return keys, "1"
+}
+
 // attemptBatch makes one batch acquire round trip.
 func (m *Manager) attemptBatch(ctx context.Context, b *batchInfo, token string, ac *acquireConfig) (status int, fences []uint64, held []int, replicas int, err error) {
-	keys := b.keys
-	fencing := "0"
-	if ac.fencing {
-		fencing = "1"
-		keys = make([]string, 0, 2*len(b.keys))
-		keys = append(keys, b.keys...)
-		for _, k := range b.keys {
-			keys = append(keys, sharding.FenceKey(k))
-		}
-	}
+	keys, fencing := batchScriptKeys(b, ac.fencing)
 	var res []any
 	if m.cfg.replicas > 0 {
 		// The write and WAIT share one connection to the owning master.
@@ -176,8 +181,14 @@ func (m *Manager) attemptBatch(ctx context.Context, b *batchInfo, token string, 
 	} else if res, err = scripts.AcquireBatch.Run(ctx, m.cmd, keys, token, ac.ttlMs, fencing).Slice(); err != nil {
 		return 0, nil, nil, 0, err
 	}
+	status, fences, held, err = parseBatchReply(res, ac.fencing)
+	return status, fences, held, replicas, err
+}
+
+// parseBatchReply reads acquire_batch.lua's reply.
+func parseBatchReply(res []any, fencing bool) (status int, fences []uint64, held []int, err error) {
 	if len(res) == 0 {
-		return 0, nil, nil, 0, fmt.Errorf("shardlock: unexpected batch acquire reply %v", res)
+		return 0, nil, nil, fmt.Errorf("shardlock: unexpected batch acquire reply %v", res)
 	}
 	st, _ := res[0].(int64)
 	ints := make([]int64, 0, len(res)-1)
@@ -190,15 +201,15 @@ func (m *Manager) attemptBatch(ctx context.Context, b *batchInfo, token string, 
 		for i, n := range ints {
 			held[i] = int(n)
 		}
-		return attemptContended, nil, held, replicas, nil
+		return attemptContended, nil, held, nil
 	}
-	if ac.fencing {
+	if fencing {
 		fences = make([]uint64, len(ints))
 		for i, n := range ints {
 			fences[i] = uint64(n)
 		}
 	}
-	return int(st), fences, nil, replicas, nil
+	return int(st), fences, nil, nil
 }
 
 // Resources returns the resources the lock holds: one, or a batch's.
@@ -249,6 +260,12 @@ func (l *Lock) releaseBatchOnce(ctx context.Context, ambiguous bool, validUntil 
 	if err != nil {
 		return nil, err
 	}
+	return l.batchReleaseResult(res, ambiguous, sentAt, validUntil), nil
+}
+
+// batchReleaseResult turns release_batch.lua's reply (sent at sentAt) into
+// nil or a *BatchReleaseError.
+func (l *Lock) batchReleaseResult(res []int64, ambiguous bool, sentAt, validUntil time.Time) error {
 	var be *BatchReleaseError
 	for i, r := range res {
 		e := releaseResult(r, nil, ambiguous, sentAt, validUntil)
@@ -263,7 +280,7 @@ func (l *Lock) releaseBatchOnce(ctx context.Context, ambiguous bool, validUntil 
 		}
 	}
 	if be == nil {
-		return nil, nil
+		return nil
 	}
-	return be, nil
+	return be
 }

@@ -311,14 +311,20 @@ func lostReason(cause error) string {
 	return metrics.ReasonValidity
 }
 
-// beginRelease claims the release of a held lock, once.
+// beginRelease claims the release of a held lock, once, and stops the
+// watchdog's work on it.
 func (l *Lock) beginRelease() bool {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.state != stateHeld {
+		l.mu.Unlock()
 		return false
 	}
 	l.state = stateReleasing
+	watched := l.watched
+	l.mu.Unlock()
+	if watched {
+		l.m.sched.remove(l)
+	}
 	return true
 }
 

@@ -151,13 +151,7 @@ func (m *Manager) acquire(ctx context.Context, resource string, opts []AcquireOp
 // acquireMeasured resolves the metrics class of tg, runs the acquire loop
 // and records its outcome.
 func (m *Manager) acquireMeasured(ctx context.Context, tg target, ac *acquireConfig, wait bool) (*Lock, error) {
-	if m.mx != nil {
-		name := ac.class
-		if name == "" && m.cfg.classFunc != nil {
-			name = m.cfg.classFunc(tg.resource)
-		}
-		ac.cls = m.mx.Class(name)
-	}
+	m.resolveClass(ac, tg.resource)
 	start := time.Now()
 	l, err := m.acquireLoop(ctx, tg, ac, wait, start)
 	if ac.cls != nil {
@@ -168,6 +162,18 @@ func (m *Manager) acquireMeasured(ctx context.Context, tg target, ac *acquireCon
 		}
 	}
 	return l, err
+}
+
+// resolveClass sets ac.cls, the metrics class of an acquire of resource.
+func (m *Manager) resolveClass(ac *acquireConfig, resource string) {
+	if m.mx == nil {
+		return
+	}
+	name := ac.class
+	if name == "" && m.cfg.classFunc != nil {
+		name = m.cfg.classFunc(resource)
+	}
+	ac.cls = m.mx.Class(name)
 }
 
 // nextWait returns how long to wait before retry n (1-based), bounded by
@@ -595,67 +601,95 @@ func (m *Manager) Close(ctx context.Context) error {
 	return err
 }
 
-// releaseAll releases locks and orphaned tokens in one pipelined batch per
-// node, retrying transient failures within ctx.
+// releaseAll releases what Close found held: locks and orphaned tokens.
 func (m *Manager) releaseAll(ctx context.Context, locks []*Lock, orphans []orphan) error {
+	if failed, err := m.releaseLocks(ctx, locks, orphans, time.Time{}); failed > 0 {
+		return fmt.Errorf("shardlock: close: %d locks not released: %w", failed, err)
+	}
+	return nil
+}
+
+// releaseLocks releases locks (single or batch) and orphaned tokens with one
+// pipeline per node, retrying transient failures until ctx ends or deadline
+// (zero: none). Each lock's outcome is recorded on it, as its Release
+// would; locks already released or lost are left alone. It returns how
+// many locks and tokens it could not release and the error that stopped it;
+// their tokens go to the orphan reaper.
+func (m *Manager) releaseLocks(ctx context.Context, locks []*Lock, orphans []orphan, deadline time.Time) (failed int, err error) {
 	type item struct {
-		key, token string
+		key, token string // an orphaned token
 		lock       *Lock
+		ambiguous  bool // an earlier try's reply was lost
 	}
-	var items []item
-	var batches []*Lock
+	items := make([]item, 0, len(locks)+len(orphans))
 	for _, l := range locks {
-		if l.multi != nil {
-			batches = append(batches, l) // rare: released one by one below
-			continue
-		}
 		if l.beginRelease() {
-			items = append(items, item{l.key, l.token, l})
-		}
-	}
-	var batchErr error
-	for _, l := range batches {
-		if err := l.Release(ctx); err != nil && !errors.Is(err, ErrLockLost) && !errors.Is(err, ErrNotHeld) && !errors.Is(err, ErrExpired) {
-			batchErr = errors.Join(batchErr, err)
+			items = append(items, item{lock: l})
 		}
 	}
 	for _, o := range orphans {
 		items = append(items, item{key: o.key, token: o.token})
 	}
-	var failed int
-	err := m.retryTransient(ctx, time.Time{}, func(ctx context.Context) error {
+	err = m.retryTransient(ctx, deadline, func(ctx context.Context) error {
 		calls := make([]scriptCall, len(items))
-		now := time.Now().UnixMilli()
+		sentAt := time.Now()
+		now := sentAt.UnixMilli()
 		for i, it := range items {
-			calls[i] = scriptCall{script: scripts.Release, keys: []string{it.key}, args: []any{it.token, now}}
+			switch l := it.lock; {
+			case l == nil:
+				calls[i] = scriptCall{script: scripts.Release, keys: []string{it.key}, args: []any{it.token, now}}
+			case l.multi != nil:
+				calls[i] = scriptCall{script: scripts.ReleaseBatch, keys: l.multi.keys, args: []any{l.token, now}}
+			default:
+				calls[i] = scriptCall{script: scripts.Release, keys: l.keys[:], args: []any{l.token, now}}
+			}
 		}
 		runBatch(ctx, m.client, calls)
-		var rest []item
-		var firstErr error
+		var (
+			rest     []item
+			firstErr error
+		)
 		for i, c := range calls {
-			r, err := c.cmd.Int64()
+			it := items[i]
+			err := c.cmd.Err()
 			if err != nil && isTransient(err) {
-				rest = append(rest, items[i])
+				it.ambiguous = it.ambiguous || isAmbiguous(err)
+				rest = append(rest, it)
 				firstErr = err
 				continue
 			}
-			if l := items[i].lock; l != nil {
-				l.finishRelease(releaseResult(r, err, false, time.Now(), l.validUntilNow()))
+			l := it.lock
+			if l == nil {
+				continue
 			}
+			var result error
+			switch {
+			case err != nil:
+				result = fmt.Errorf("shardlock: release: %w", err)
+			case l.multi != nil:
+				res, err := c.cmd.Int64Slice()
+				if result = err; err == nil {
+					result = l.batchReleaseResult(res, it.ambiguous, sentAt, l.validUntilNow())
+				}
+			default:
+				r, err := c.cmd.Int64()
+				result = releaseResult(r, err, it.ambiguous, sentAt, l.validUntilNow())
+			}
+			l.finishRelease(result)
 		}
 		items = rest
 		return firstErr
 	})
 	for _, it := range items {
 		failed++
-		if it.lock != nil {
-			it.lock.finishRelease(err)
+		if l := it.lock; l != nil {
+			for _, k := range l.scriptKeys() {
+				m.sched.addOrphan(k, l.token, l.validUntilNow())
+			}
+			l.finishRelease(fmt.Errorf("shardlock: release: %w", err))
 		}
 	}
-	if failed > 0 {
-		return errors.Join(fmt.Errorf("shardlock: close: %d locks not released: %w", failed, err), batchErr)
-	}
-	return batchErr
+	return failed, err
 }
 
 // releaseResult turns a release script reply into Release's error.

@@ -3,10 +3,12 @@ package manager
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"sync"
 	"time"
 
+	"github.com/shardlock/shardlock/internal/scripts"
 	"github.com/shardlock/shardlock/sharding"
 )
 
@@ -72,13 +74,29 @@ func (ml *MultiLock) Err() error {
 	return nil
 }
 
-// Release releases every part (each as Lock.Release) and joins their errors.
+// Release releases every part, with one pipeline per node, and joins the
+// parts' errors (each as Lock.Release would return it).
 func (ml *MultiLock) Release(ctx context.Context) error {
 	if ml == nil {
 		return ErrNilLock
 	}
+	if ctx == nil {
+		return invalid("context", "nil")
+	}
+	if len(ml.parts) == 0 {
+		return nil
+	}
+	var validUntil time.Time
+	for _, l := range ml.parts {
+		if v := l.validUntilNow(); v.After(validUntil) {
+			validUntil = v
+		}
+	}
+	_, _ = ml.parts[0].m.releaseLocks(ctx, ml.parts, nil, validUntil)
 	var errs []error
 	for i := len(ml.parts) - 1; i >= 0; i-- {
+		// Released above (or before): this returns its outcome, without a
+		// round trip.
 		if err := ml.parts[i].Release(ctx); err != nil {
 			errs = append(errs, err)
 		}
@@ -101,11 +119,14 @@ func (ml *MultiLock) Extend(ctx context.Context, ttl time.Duration) error {
 }
 
 // AcquireMulti locks resources in any slots, all or none. It groups them by
-// cluster slot and takes the groups in one fixed global order (slot, then
-// key), each group as one batch script, waiting on a busy group as
-// AcquireBatch does; when a group cannot be had it releases what it took,
-// in reverse order. Two callers with overlapping sets therefore never
-// deadlock. The wait limit and ctx bound the whole call.
+// cluster slot, each group taken as one batch script. It first tries every
+// group at once, with one pipeline per node; if one is busy, it keeps the
+// groups before it in one fixed global order (slot, then key), gives the
+// others back, and goes on in that order, waiting on a busy group as
+// AcquireBatch does; when a group cannot be had it releases what it took.
+// A caller only ever waits while holding groups that come earlier in the
+// order, so two callers with overlapping sets never deadlock. The wait
+// limit and ctx bound the whole call.
 //
 // It returns an *InvalidArgumentError for an empty set, more than MaxBatch
 // resources, a duplicate or a bad resource, and otherwise what AcquireBatch
@@ -114,7 +135,9 @@ func (m *Manager) AcquireMulti(ctx context.Context, resources []string, opts ...
 	return m.acquireMulti(ctx, resources, opts, true)
 }
 
-// TryAcquireMulti is AcquireMulti without waiting: one attempt per group.
+// TryAcquireMulti is AcquireMulti without waiting: one attempt at every
+// group, one pipeline per node; when any group is busy it gives back the
+// others and returns that group's error.
 func (m *Manager) TryAcquireMulti(ctx context.Context, resources []string, opts ...AcquireOption) (*MultiLock, error) {
 	return m.acquireMulti(ctx, resources, opts, false)
 }
@@ -167,7 +190,36 @@ func (m *Manager) acquireMulti(ctx context.Context, resources []string, opts []A
 	ctx, cancel := context.WithTimeout(ctx, ac.wait)
 	defer cancel()
 	ml := &MultiLock{}
-	for _, g := range groups {
+	next := 0
+	if m.cfg.replicas == 0 {
+		// One attempt at every group at once, one pipeline per node. The
+		// groups before the first one not taken are kept (what the ordered
+		// walk below would hold while waiting for that one); the others
+		// are given back.
+		parts, first, ferr := m.tryGroups(ctx, groups, opts)
+		if first == len(groups) {
+			ml.parts = parts
+			return ml, nil
+		}
+		var drop []*Lock
+		for _, l := range parts[first:] {
+			if l != nil {
+				drop = append(drop, l)
+			}
+		}
+		ml.parts = parts[:first]
+		if !wait || m.closed.Load() {
+			drop = append(drop, ml.parts...)
+		}
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), ac.ttl)
+		_, _ = m.releaseLocks(rctx, drop, nil, time.Time{})
+		rcancel()
+		if !wait || m.closed.Load() {
+			return nil, ferr
+		}
+		next = first
+	}
+	for _, g := range groups[next:] {
 		var l *Lock
 		if wait {
 			l, err = m.AcquireBatch(ctx, g, opts...)
@@ -176,11 +228,104 @@ func (m *Manager) acquireMulti(ctx context.Context, resources []string, opts []A
 		}
 		if err != nil {
 			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), ac.ttl)
-			_ = ml.Release(rctx) // roll back, newest first
+			_ = ml.Release(rctx) // roll back
 			rcancel()
 			return nil, err
 		}
 		ml.parts = append(ml.parts, l)
 	}
 	return ml, nil
+}
+
+// tryGroups makes one attempt at every group (resources of one slot each,
+// in the global order) in one pipeline per node. It returns the lock taken
+// for each group (nil where none was), the index of the first group not
+// taken (len(groups) when all were), and that group's error.
+func (m *Manager) tryGroups(ctx context.Context, groups [][]string, opts []AcquireOption) ([]*Lock, int, error) {
+	if m.closed.Load() {
+		return make([]*Lock, len(groups)), 0, ErrClosed
+	}
+	type attempt struct {
+		b     *batchInfo
+		ac    acquireConfig
+		token string
+	}
+	start := time.Now()
+	atts := make([]attempt, len(groups))
+	calls := make([]scriptCall, len(groups))
+	for i, g := range groups {
+		ac, _, err := m.acquireConfig(g[0], opts)
+		if err != nil {
+			return make([]*Lock, len(groups)), 0, err
+		}
+		m.resolveClass(&ac, g[0])
+		b := &batchInfo{resources: g, keys: make([]string, len(g))}
+		for j, r := range g {
+			b.keys[j], _ = sharding.LockKey(m.cfg.prefix, r) // checked by the caller
+		}
+		atts[i] = attempt{b: b, ac: ac, token: newToken(m.cfg.owner, start)}
+		keys, fencing := batchScriptKeys(b, ac.fencing)
+		calls[i] = scriptCall{script: scripts.AcquireBatch, keys: keys, args: []any{atts[i].token, ac.ttlMs, fencing}}
+	}
+	sentAt := time.Now()
+	runBatch(ctx, m.client, calls)
+	locks := make([]*Lock, len(groups))
+	first, firstErr := len(groups), error(nil)
+	for i := range atts {
+		a := &atts[i]
+		res, err := calls[i].cmd.Slice()
+		var (
+			status int
+			fences []uint64
+			held   []int
+		)
+		if err == nil {
+			status, fences, held, err = parseBatchReply(res, a.ac.fencing)
+		}
+		switch {
+		case err != nil:
+			if isAmbiguous(err) {
+				// It may still run on the server: its token goes to the reaper.
+				for _, k := range a.b.keys {
+					m.sched.addOrphan(k, a.token, sentAt.Add(a.ac.ttl))
+				}
+			}
+			err = fmt.Errorf("shardlock: acquire %q: %w", a.b.resources[0], err)
+		case status == attemptContended:
+			err = a.b.heldError(held)
+		default:
+			l := m.newLock(a.b.resources[0], a.b.keys[0], a.token, 0, start, sentAt, &a.ac)
+			l.multi = &batchInfo{resources: a.b.resources, keys: a.b.keys, fences: fences}
+			if len(fences) > 0 {
+				l.fence = fences[0]
+			}
+			if !monoNow().Before(l.validUntil) {
+				// The reply came after the lock would have expired.
+				for _, k := range a.b.keys {
+					m.sched.addOrphan(k, a.token, l.validUntil.Time())
+				}
+				err = ErrNotAcquired
+				break
+			}
+			if !m.sched.add(l) {
+				m.sched.releaseNow(l)
+				err = ErrClosed
+				break
+			}
+			locks[i] = l
+			if a.ac.cls != nil {
+				a.ac.cls.Acquired(time.Since(start))
+			}
+			continue
+		}
+		if a.ac.cls != nil && i < first {
+			// Only the first failure is the call's outcome (the others
+			// are retried or given back).
+			a.ac.cls.AcquireFailed(time.Since(start), acquireReason(err, false))
+		}
+		if i < first {
+			first, firstErr = i, err
+		}
+	}
+	return locks, first, firstErr
 }

@@ -102,3 +102,92 @@ func TestRealMultiNoDeadlock(t *testing.T) {
 	}
 	t.Logf("%d acquisitions of overlapping sets by 8 goroutines in 2 s", done.Load())
 }
+
+// A multi-slot lock is taken and released with one pipeline per node: 12
+// resources in 12 slots over 3 masters cost at most 3 round trips each way.
+func TestRealMultiPipelinedPerNode(t *testing.T) {
+	addrs := testenv.ClusterAddrs(t)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { _ = c.Close() })
+	var trips, cmds atomic.Int64
+	c.OnNewNode(func(node *redis.Client) { node.AddHook(&countHook{pipelines: &trips, cmds: &cmds}) })
+	m := newManager(t, c)
+	ctx := ctxT(t)
+	run := testenv.Unique("pipe")
+	var res []string
+	slots := map[int]bool{}
+	for i := 0; len(res) < 12; i++ {
+		r := run + "-" + string(rune('a'+i))
+		k, _ := sharding.LockKey(sharding.DefaultPrefix, r)
+		if !slots[sharding.Slot(k)] {
+			slots[sharding.Slot(k)] = true
+			res = append(res, r)
+		}
+	}
+	// Warm up: the client loads its slot map and dials its connections
+	// (HELLO, CLIENT SETINFO) on first use.
+	warm, err := m.TryAcquireMulti(ctx, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := warm.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	trips.Store(0)
+	ml, err := m.TryAcquireMulti(ctx, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := trips.Load(); got > 3 {
+		t.Fatalf("acquire of 12 slots took %d round trips", got)
+	}
+	if len(ml.Locks()) != 12 {
+		t.Fatalf("%d parts", len(ml.Locks()))
+	}
+	trips.Store(0)
+	if err := ml.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := trips.Load(); got > 3 {
+		t.Fatalf("release of 12 slots took %d round trips", got)
+	}
+	for _, r := range res {
+		k, _ := sharding.LockKey(sharding.DefaultPrefix, r)
+		if c.Exists(ctx, k).Val() != 0 {
+			t.Fatalf("%s still held after release", r)
+		}
+	}
+	if err := ml.Release(ctx); err != nil {
+		t.Fatalf("second release: %v", err)
+	}
+
+	// A busy group in the middle: the waiting acquire keeps the groups
+	// before it, gives back the rest, and has everything once it is free.
+	other := newManager(t, c)
+	busy, err := other.TryAcquire(ctx, res[6])
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	var held *manager.MultiLock
+	go func() {
+		var err error
+		held, err = m.AcquireMulti(ctx, res)
+		got <- err
+	}()
+	eventually(t, 5*time.Second, "waiter queued on the busy resource", func() bool {
+		return c.LLen(ctx, sharding.QueueKey(busy.Key())).Val() > 0 || c.Exists(ctx, busy.Key()).Val() == 1
+	})
+	if err := busy.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if len(held.Resources()) != len(res) {
+		t.Fatalf("%d resources held", len(held.Resources()))
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
