@@ -46,6 +46,59 @@ type workload struct {
 	errs     []error
 	lost     int
 	lostWhy  []string
+	replies  map[string]int // error replies the managers' clients met, by first word
+}
+
+// replyHook counts the error replies a node client meets (before the
+// cluster client follows a redirect or the manager retries).
+type replyHook struct{ w *workload }
+
+func (h replyHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h replyHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if cmd.Name() == "client" {
+			return err // the connection handshake: CLIENT SETINFO is newer than 7.0
+		}
+		seen := err // the reply error comes back here (cmd.Err() may be set later)
+		if seen == nil {
+			seen = cmd.Err()
+		}
+		h.w.sawReply(seen)
+		return err // unchanged: what the client does next depends on it
+	}
+}
+func (h replyHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			if c.Name() != "client" {
+				h.w.sawReply(c.Err())
+			}
+		}
+		return err
+	}
+}
+
+func (w *workload) sawReply(err error) {
+	var re redis.Error
+	if err == nil || errors.Is(err, redis.Nil) || !errors.As(err, &re) {
+		return
+	}
+	word, _, _ := strings.Cut(err.Error(), " ")
+	w.mu.Lock()
+	if w.replies == nil {
+		w.replies = map[string]int{}
+	}
+	w.replies[word]++
+	w.mu.Unlock()
+}
+
+// saw returns how many error replies starting with word the run met.
+func (w *workload) saw(word string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.replies[word]
 }
 
 func (w *workload) run(t *testing.T, ctx context.Context, addrs, resources []string, managers, workers int) {
@@ -53,6 +106,7 @@ func (w *workload) run(t *testing.T, ctx context.Context, addrs, resources []str
 	var wg sync.WaitGroup
 	for i := range managers {
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+		c.OnNewNode(func(n *redis.Client) { n.AddHook(replyHook{w}) })
 		m, err := manager.New(c, manager.WithTTL(3*time.Second), manager.WithFencing(true),
 			manager.WithOwner(fmt.Sprintf("fault-%d", i)), manager.WithWait(30*time.Second),
 			manager.WithRetry(manager.ExponentialBackoff(time.Millisecond, 50*time.Millisecond)))
@@ -137,7 +191,7 @@ func (w *workload) check(t *testing.T, allowLost bool) {
 			}
 		}
 	}
-	t.Logf("%d critical sections on %d resources, %d locks lost", len(w.sections), len(per), w.lost)
+	t.Logf("%d critical sections on %d resources, %d locks lost; error replies met and retried: %v", len(w.sections), len(per), w.lost, w.replies)
 	if len(w.sections) < 50 {
 		t.Errorf("only %d critical sections", len(w.sections))
 	}
@@ -222,6 +276,9 @@ func TestFaults(t *testing.T) {
 		}()
 		w.run(t, run, addrs, res, 4, 4)
 		w.check(t, false)
+		if w.saw("NOSCRIPT") == 0 {
+			t.Error("no NOSCRIPT met: the flush did not hit the workload")
+		}
 	})
 
 	t.Run("planned failover", func(t *testing.T) {
@@ -321,6 +378,129 @@ func TestFaults(t *testing.T) {
 			t.Fatalf("slot %d is on %s, not %s", slot, now, target)
 		}
 		w.check(t, false)
+		if w.saw("ASK")+w.saw("TRYAGAIN") == 0 {
+			t.Error("no ASK or TRYAGAIN met: the migration did not hit the workload")
+		}
+	})
+
+	// Another master paused (SIGSTOP) past the node timeout: the cluster
+	// marks it failed and, until its replica takes over (or it resumes),
+	// every master answers CLUSTERDOWN, the workload's one included.
+	t.Run("cluster down", func(t *testing.T) {
+		tag := testenv.Unique("down")
+		res := []string{"{" + tag + "}:a", "{" + tag + "}:b", "{" + tag + "}:x,{" + tag + "}:y"}
+		mine, _ := masterOf(t, ctx, admin, sharding.Slot(tag))
+		var paused string
+		slots, err := admin.ClusterSlots(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range slots {
+			if a := s.Nodes[0].Addr; a != mine {
+				paused = a
+				break
+			}
+		}
+		port := paused[strings.LastIndexByte(paused, ':')+1:]
+		pidb, err := os.ReadFile(filepath.Join(dir, port, "redis.pid"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid := strings.TrimSpace(string(pidb))
+		run, cancel := context.WithTimeout(ctx, 8*time.Second)
+		defer cancel()
+		var w workload
+		resumed := make(chan error, 1)
+		go func() {
+			time.Sleep(time.Second)
+			if err := exec.Command("kill", "-STOP", pid).Run(); err != nil {
+				resumed <- err
+				return
+			}
+			// Paused until the workload's master reports the cluster down
+			// (node timeout 2 s, then the failure reports), and 1 s more
+			// unless the replica takes over sooner; at most 10 s.
+			mn := node(mine)
+			defer mn.Close()
+			var down error = errors.New("the cluster was never reported down")
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+				if info, err := mn.ClusterInfo(ctx).Result(); err == nil && strings.Contains(info, "cluster_state:fail") {
+					down = nil
+					time.Sleep(time.Second)
+					break
+				}
+			}
+			if err := exec.Command("kill", "-CONT", pid).Run(); err != nil {
+				down = err
+			}
+			resumed <- down
+		}()
+		w.run(t, run, addrs, res, 4, 4)
+		if err := <-resumed; err != nil {
+			t.Fatalf("SIGSTOP/SIGCONT: %v", err)
+		}
+		waitClusterOK(t, addrs, 30*time.Second)
+		w.check(t, false)
+		if w.saw("CLUSTERDOWN") == 0 {
+			t.Error("no CLUSTERDOWN met")
+		}
+	})
+
+	// A master reloading its data (DEBUG RELOAD of ~600,000 keys, about a
+	// second) answers LOADING meanwhile.
+	t.Run("master loading", func(t *testing.T) {
+		tag := testenv.Unique("load")
+		res := []string{"{" + tag + "}:a", "{" + tag + "}:b", "{" + tag + "}:x,{" + tag + "}:y"}
+		slot := sharding.Slot(tag)
+		master, _ := masterOf(t, ctx, admin, slot)
+		n := redis.NewClient(&redis.Options{Addr: master, ReadTimeout: 30 * time.Second})
+		defer n.Close()
+		const batches, per = 600, 1000
+		fill := n.Pipeline()
+		for i := range batches {
+			args := []any{"mset"}
+			for j := range per {
+				args = append(args, fmt.Sprintf("{%s}:fill:%d:%d", tag, i, j), "v")
+			}
+			fill.Do(ctx, args...)
+		}
+		if _, err := fill.Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			del := n.Pipeline()
+			for i := range batches {
+				args := []any{"unlink"}
+				for j := range per {
+					args = append(args, fmt.Sprintf("{%s}:fill:%d:%d", tag, i, j))
+				}
+				del.Do(ctx, args...)
+			}
+			if _, err := del.Exec(ctx); err != nil {
+				t.Error(err)
+			}
+		}()
+		run, cancel := context.WithTimeout(ctx, 4*time.Second)
+		defer cancel()
+		var w workload
+		reloaded := make(chan error, 1)
+		var took time.Duration
+		go func() {
+			time.Sleep(time.Second)
+			t0 := time.Now()
+			err := n.Do(ctx, "debug", "reload").Err()
+			took = time.Since(t0)
+			reloaded <- err
+		}()
+		w.run(t, run, addrs, res, 4, 4)
+		if err := <-reloaded; err != nil {
+			t.Fatalf("DEBUG RELOAD: %v", err)
+		}
+		t.Logf("DEBUG RELOAD took %v", took)
+		w.check(t, false)
+		if w.saw("LOADING") == 0 {
+			t.Error("no LOADING met")
+		}
 	})
 
 	t.Run("master killed", func(t *testing.T) {
