@@ -8,10 +8,12 @@
 local fencing = ARGV[3] == '1'
 local n = #KEYS
 if fencing then n = n / 2 end
+local marked = ARGV[1] .. '\30'
+local cur = redis.call('MGET', unpack(KEYS, 1, n))
 local held, mine, vals = {}, 0, {}
 for i = 1, n do
-  local v = redis.call('GET', KEYS[i])
-  if v == ARGV[1] or v == ARGV[1] .. '\30' then
+  local v = cur[i]
+  if v == ARGV[1] or v == marked then
     mine = mine + 1
     vals[i] = v -- kept as it is: the queued mark of release.lua stays
   elseif v then

@@ -3,13 +3,15 @@
 -- the queued mark "\30", see release.lua)
 -- Returns the smallest PTTL in milliseconds (>= 0) when every key holds the
 -- token, -2 when another token holds one, else -1 (a key is gone).
+local marked = ARGV[1] .. '\30'
+local cur = redis.call('MGET', unpack(KEYS))
 local least = -1
 local gone = false
 for i = 1, #KEYS do
-  local v = redis.call('GET', KEYS[i])
+  local v = cur[i]
   if v == false then
     gone = true
-  elseif v ~= ARGV[1] and v ~= ARGV[1] .. '\30' then
+  elseif v ~= ARGV[1] and v ~= marked then
     return -2
   else
     local t = redis.call('PTTL', KEYS[i])

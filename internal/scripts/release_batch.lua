@@ -7,14 +7,15 @@
 -- Returns one status per key: 1 released (deleted or handed over), 0 gone,
 -- -1 held by another token.
 local now = tonumber(ARGV[2])
-local out = {}
+local marked = ARGV[1] .. '\30'
+local cur = redis.call('MGET', unpack(KEYS))
+local out, plain = {}, {}
 for i = 1, #KEYS do
-  local k = KEYS[i]
-  local v = redis.call('GET', k)
+  local k, v = KEYS[i], cur[i]
   if v == ARGV[1] then
     out[i] = 1
-    redis.call('DEL', k) -- nobody queued
-  elseif v == ARGV[1] .. '\30' then
+    plain[#plain + 1] = k -- nobody queued: deleted below, in one DEL
+  elseif v == marked then
     out[i] = 1
     local granted = false
     for _ = 1, 64 do
@@ -34,11 +35,12 @@ for i = 1, #KEYS do
         break
       end
     end
-    if not granted then redis.call('DEL', k) end
+    if not granted then plain[#plain + 1] = k end
   elseif v == false then
     out[i] = 0
   else
     out[i] = -1
   end
 end
+if #plain > 0 then redis.call('DEL', unpack(plain)) end
 return out
