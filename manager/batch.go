@@ -256,7 +256,7 @@ func (l *Lock) scriptKeys() []string {
 // releaseResult.
 func (l *Lock) releaseBatchOnce(ctx context.Context, ambiguous bool, validUntil time.Time) (result, redisErr error) {
 	sentAt := time.Now()
-	res, err := scripts.ReleaseBatch.Run(ctx, l.m.cmd, l.multi.keys, l.token, sentAt.UnixMilli()).Int64Slice()
+	res, err := scripts.ReleaseBatch.Run(ctx, l.m.cmd, l.multi.keys, l.args[:]...).Int64Slice()
 	if err != nil {
 		return nil, err
 	}

@@ -160,7 +160,10 @@ func (lq *localQueues) markQueued(w *fairWaiter, sentAt time.Time) (entry string
 	if w.entry != "" {
 		return w.entry, true
 	}
-	w.entry, w.regAt = w.makeEntry(), sentAt
+	w.entry = w.makeEntry()
+	if w.regAt.IsZero() {
+		w.regAt = sentAt
+	}
 	return w.entry, false
 }
 
@@ -197,10 +200,10 @@ type handover struct {
 	entry string
 }
 
-// nextForRelease picks the local waiter that the release of l (sent at
-// sentAt) should queue or hand the lock to: the head of key's local queue
-// when nobody has queued it yet.
-func (lq *localQueues) nextForRelease(l *Lock, sentAt time.Time) handover {
+// nextForRelease picks the local waiter that the release of l should queue
+// or hand the lock to: the head of key's local queue when nobody has queued
+// it yet. The caller then records the send time with queuedAt.
+func (lq *localQueues) nextForRelease(l *Lock) handover {
 	if lq.active.Load() == 0 {
 		return handover{}
 	}
@@ -217,8 +220,18 @@ func (lq *localQueues) nextForRelease(l *Lock, sentAt time.Time) handover {
 	if w == nil || w.entry != "" || w.left {
 		return handover{}
 	}
-	w.entry, w.regAt = w.makeEntry(), sentAt
+	w.entry = w.makeEntry()
 	return handover{w: w, q: q, local: q.streak < maxLocalHandoffs, entry: w.entry}
+}
+
+// queuedAt records the send time of the first write that may queue w (or
+// hand it the lock): the earliest time a hand-over to w can have happened.
+func (lq *localQueues) queuedAt(w *fairWaiter, sentAt time.Time) {
+	lq.mu.Lock()
+	defer lq.mu.Unlock()
+	if w.regAt.IsZero() {
+		w.regAt = sentAt
+	}
 }
 
 // afterRelease settles a handover with the release script's outcome: code

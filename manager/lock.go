@@ -33,6 +33,7 @@ type Lock struct {
 	fence      uint64
 	acquiredAt time.Time
 	keys       [1]string      // {key}, for script calls without allocating a slice
+	args       [1]any         // {token}, boxed once, likewise
 	cls        *metrics.Class // nil without metrics
 	multi      *batchInfo     // nil unless a batch lock
 
@@ -82,10 +83,12 @@ func (l *Lock) sigLocked() *lockSignals {
 // server's clock and ours (as redsync and the Redlock paper do).
 func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
 
-func (m *Manager) newLock(resource, key, token string, fence uint64, acquiredAt, validFrom time.Time, ac *acquireConfig) *Lock {
+// newLock makes the Lock of a successful acquire. tokenArg is token boxed
+// as an interface (shared with the acquire's command, so it is boxed once).
+func (m *Manager) newLock(resource, key, token string, tokenArg any, fence uint64, acquiredAt, validFrom time.Time, ac *acquireConfig) *Lock {
 	l := &Lock{
 		m: m, resource: resource, key: key, token: token, fence: fence, acquiredAt: acquiredAt,
-		keys: [1]string{key}, cls: ac.cls,
+		keys: [1]string{key}, args: [1]any{tokenArg}, cls: ac.cls,
 		ttl: ac.ttl, interval: ac.interval, fixedInterval: m.cfg.renewInterval > 0,
 		lastSent: monoOf(validFrom), validUntil: monoOf(validFrom).Add(ac.ttl - drift(ac.ttl)),
 		nextRenew: monoOf(validFrom).Add(ac.interval), watchdog: ac.watchdog, idx: -1,
@@ -403,21 +406,27 @@ func (l *Lock) Release(ctx context.Context) error {
 			result = res
 			return nil
 		}
-		sentAt := time.Now()
+		var sentAt time.Time
 		if !handed {
 			// This process's next waiter for the key, if any, is queued
 			// (or handed the lock) by this release.
-			h, handed = m.queues.nextForRelease(l, sentAt), true
+			h, handed = m.queues.nextForRelease(l), true
+		}
+		if ambiguous || h.w != nil { // the clock is read only when needed
+			sentAt = time.Now()
+			if h.w != nil {
+				m.queues.queuedAt(h.w, sentAt)
+			}
 		}
 		var res any
 		if h.w == nil {
-			res, err = scripts.Release.Run(ctx, m.cmd, l.keys[:], l.token, sentAt.UnixMilli()).Result()
+			res, err = scripts.Release.Run(ctx, m.cmd, l.keys[:], l.args[:]...).Result()
 		} else {
 			local := "0"
 			if h.local {
 				local = "1"
 			}
-			res, err = scripts.Release.Run(ctx, m.cmd, l.keys[:], l.token, sentAt.UnixMilli(), h.entry, local).Result()
+			res, err = scripts.Release.Run(ctx, m.cmd, l.keys[:], l.token, h.entry, local).Result()
 		}
 		code, fence, err := parseRelease(res, err)
 		if err != nil {

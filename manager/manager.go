@@ -244,7 +244,8 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 		return nil, ErrClosed
 	}
 	token := newToken(m.cfg.owner, start)
-	waiting := false // counted in the waiters gauge
+	tokenArg := any(token) // boxed once, for the acquire command and the Lock's scripts
+	waiting := false       // counted in the waiters gauge
 	defer func() {
 		if waiting {
 			ac.cls.Waiting(-1)
@@ -320,7 +321,7 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 				firstAmbiguous = fw.regAt // a hand-over may have set the key that early
 			}
 		case tg.batch == nil:
-			status, fence, replicas, err = m.attempt(ctx, tg.key, token, ac)
+			status, fence, replicas, err = m.attempt(ctx, tg.key, token, tokenArg, ac)
 		default:
 			status, fences, held, replicas, err = m.attemptBatch(ctx, tg.batch, token, ac)
 		}
@@ -342,7 +343,7 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 			if status == attemptReplay && !firstAmbiguous.IsZero() {
 				validFrom = firstAmbiguous // the key may have been set that early
 			}
-			l := m.newLock(tg.resource, tg.key, token, fence, start, validFrom, ac)
+			l := m.newLock(tg.resource, tg.key, token, tokenArg, fence, start, validFrom, ac)
 			l.replicas = replicas
 			if tg.batch != nil {
 				l.multi = &batchInfo{resources: tg.batch.resources, keys: tg.batch.keys, fences: fences}
@@ -363,6 +364,7 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 					return nil, ErrNotAcquired
 				}
 				token, firstAmbiguous = newToken(m.cfg.owner, time.Now()), time.Time{}
+				tokenArg = token
 				if fw != nil {
 					// Queue again, with the new token.
 					if entry := m.queues.giveUp(queue, fw); entry != "" {
@@ -471,7 +473,7 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 }
 
 // attempt makes one acquire round trip.
-func (m *Manager) attempt(ctx context.Context, key, token string, ac *acquireConfig) (status int, fence uint64, replicas int, err error) {
+func (m *Manager) attempt(ctx context.Context, key, token string, tokenArg any, ac *acquireConfig) (status int, fence uint64, replicas int, err error) {
 	ttlMs := ac.ttlMs
 	if m.cfg.replicas > 0 {
 		return m.attemptWait(ctx, key, token, ttlMs, ac)
@@ -481,7 +483,7 @@ func (m *Manager) attempt(ctx context.Context, key, token string, ac *acquireCon
 		status, fence, err := parseFenced(res, err)
 		return status, fence, 0, err
 	}
-	cmd := redis.NewStringCmd(ctx, "set", key, token, "px", ttlMs, "nx", "get")
+	cmd := redis.NewStringCmd(ctx, "set", key, tokenArg, "px", ttlMs, "nx", "get")
 	_ = m.cmd.Process(ctx, cmd)
 	status, err = parseSetNXGet(cmd, token)
 	return status, 0, 0, err
@@ -633,15 +635,14 @@ func (m *Manager) releaseLocks(ctx context.Context, locks []*Lock, orphans []orp
 	err = m.retryTransient(ctx, deadline, func(ctx context.Context) error {
 		calls := make([]scriptCall, len(items))
 		sentAt := time.Now()
-		now := sentAt.UnixMilli()
 		for i, it := range items {
 			switch l := it.lock; {
 			case l == nil:
-				calls[i] = scriptCall{script: scripts.Release, keys: []string{it.key}, args: []any{it.token, now}}
+				calls[i] = scriptCall{script: scripts.Release, keys: []string{it.key}, args: []any{it.token}}
 			case l.multi != nil:
-				calls[i] = scriptCall{script: scripts.ReleaseBatch, keys: l.multi.keys, args: []any{l.token, now}}
+				calls[i] = scriptCall{script: scripts.ReleaseBatch, keys: l.multi.keys, args: l.args[:]}
 			default:
-				calls[i] = scriptCall{script: scripts.Release, keys: l.keys[:], args: []any{l.token, now}}
+				calls[i] = scriptCall{script: scripts.Release, keys: l.keys[:], args: l.args[:]}
 			}
 		}
 		runBatch(ctx, m.client, calls)

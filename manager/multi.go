@@ -294,7 +294,7 @@ func (m *Manager) tryGroups(ctx context.Context, groups [][]string, opts []Acqui
 		case status == attemptContended:
 			err = a.b.heldError(held)
 		default:
-			l := m.newLock(a.b.resources[0], a.b.keys[0], a.token, 0, start, sentAt, &a.ac)
+			l := m.newLock(a.b.resources[0], a.b.keys[0], a.token, a.token, 0, start, sentAt, &a.ac)
 			l.multi = &batchInfo{resources: a.b.resources, keys: a.b.keys, fences: fences}
 			if len(fences) > 0 {
 				l.fence = fences[0]

@@ -319,7 +319,7 @@ func (s *scheduler) process(nowTime time.Time, due []*Lock, orphans []orphan) {
 		s.reinsert(l, d, slack)
 	}
 	for _, o := range orphans {
-		calls = append(calls, scriptCall{script: scripts.Release, keys: []string{o.key}, args: []any{o.token, nowTime.UnixMilli()}})
+		calls = append(calls, scriptCall{script: scripts.Release, keys: []string{o.key}, args: []any{o.token}})
 		if deadline.IsZero() || o.deadline.Before(deadline) {
 			deadline = o.deadline
 		}

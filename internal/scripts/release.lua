@@ -1,12 +1,14 @@
 -- Compare-and-delete, handing the lock to the first live queued waiter.
 -- KEYS[1] lock key
--- ARGV[1] token; ARGV[2] now, Unix milliseconds (the releaser's clock);
--- ARGV[3] the queue entry of the releaser's next local waiter, or '';
--- ARGV[4] '1' to hand the lock to that waiter before any queued one.
+-- ARGV[1] token; ARGV[2] the queue entry of the releaser's next local
+-- waiter, or nothing; ARGV[3] '1' to hand the lock to that waiter before
+-- any queued one.
 --
 -- Waiters queue on the list "<key>:waiters" (acquire_queue.lua), entries
--- "<deadline ms>:<ttl ms>:<1 to take a fence, else 0>:<token>". A key that
--- may have queued waiters holds its token followed by the mark "\30" (a
+-- "<deadline ms>:<ttl ms>:<1 to take a fence, else 0>:<token>"; an entry
+-- past its deadline (Unix ms, by the server's clock, read only when an
+-- entry is popped) is dropped. A key that may have queued waiters holds
+-- its token followed by the mark "\30" (a
 -- byte no owner id, and so no token, ends in): the mark is set by a waiter
 -- that queues and by every hand-over. A key without it has nobody queued,
 -- and its release is a plain compare-and-delete: the uncontended path pays
@@ -26,11 +28,11 @@
 -- Returns 1 when the key held the token and was deleted, 0 when the key is
 -- gone (expired), -1 when another token holds it, 2 when the key was handed
 -- to a queued waiter (announced with SPUBLISH on "<key>:released" as
--- "<sha1 of its token> <fence>"; ARGV[3], if given, queued behind it), and
--- {3, fence} when it was handed to ARGV[3]'s waiter.
+-- "<sha1 of its token> <fence>"; ARGV[2], if given, queued behind it), and
+-- {3, fence} when it was handed to ARGV[2]'s waiter.
 local k = KEYS[1]
 local v = redis.call('GET', k)
-local nxt = ARGV[3] or ''
+local nxt = ARGV[2] or ''
 if v == ARGV[1] and nxt == '' then
   redis.call('DEL', k)
   return 1
@@ -53,15 +55,19 @@ local function grant(e)
   return tok, fence
 end
 
-if nxt ~= '' and ARGV[4] == '1' then
+if nxt ~= '' and ARGV[3] == '1' then
   local tok, fence = grant(nxt)
   if tok then return {3, fence} end
 end
 local q = k .. ':waiters'
-local now = tonumber(ARGV[2] or '0')
+local now
 for _ = 1, 64 do
   local e = redis.pcall('LPOP', q)
   if type(e) ~= 'string' then break end
+  if not now then
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
   local d = tonumber(string.match(e, '^(%d+):'))
   if d and d >= now then
     local tok, fence = grant(e)

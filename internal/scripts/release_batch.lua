@@ -1,12 +1,12 @@
 -- Compare-and-delete of several keys of one slot.
--- KEYS[1..n] lock keys; ARGV[1] token, ARGV[2] now, Unix milliseconds.
+-- KEYS[1..n] lock keys; ARGV[1] token.
 -- Each key that holds the token is deleted; one that holds it with the
 -- queued mark goes to the first live waiter queued for it alone, as in
 -- release.lua (announced the same way, with its helper keys derived and read
 -- through pcall for the same reasons), or is deleted when none is live.
 -- Returns one status per key: 1 released (deleted or handed over), 0 gone,
 -- -1 held by another token.
-local now = tonumber(ARGV[2])
+local now
 local marked = ARGV[1] .. '\30'
 local cur = redis.call('MGET', unpack(KEYS))
 local out, plain = {}, {}
@@ -21,6 +21,10 @@ for i = 1, #KEYS do
     for _ = 1, 64 do
       local e = redis.pcall('LPOP', k .. ':waiters')
       if type(e) ~= 'string' then break end
+      if not now then
+        local t = redis.call('TIME')
+        now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      end
       local _, _, d, ttl, f, tok = string.find(e, '^(%d+):(%d+):(%d):(.+)$')
       if d and tonumber(d) >= now then
         local fence = 0
