@@ -321,7 +321,11 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 				firstAmbiguous = fw.regAt // a hand-over may have set the key that early
 			}
 		case tg.batch == nil:
-			status, fence, replicas, err = m.attempt(ctx, tg.key, token, tokenArg, ac)
+			// The first attempt is a plain SET NX; a waiter that will
+			// queue next need not tell a replay apart (the queue script
+			// does), and later polls use SET NX GET.
+			firstTry := attempt == 1 || (attempt == 2 && queueFirst)
+			status, fence, replicas, err = m.attempt(ctx, tg.key, token, tokenArg, ac, firstTry, fair)
 		default:
 			status, fences, held, replicas, err = m.attemptBatch(ctx, tg.batch, token, ac)
 		}
@@ -472,8 +476,16 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 	}
 }
 
-// attempt makes one acquire round trip.
-func (m *Manager) attempt(ctx context.Context, key, token string, tokenArg any, ac *acquireConfig) (status int, fence uint64, replicas int, err error) {
+// attempt makes one acquire attempt: one round trip, or two for a contended
+// first try that must tell a replay apart.
+//
+// A first try (firstTry) sends SET NX PX, whose "OK" is the uncontended
+// path's whole cost. A nil reply means another token holds the key, or
+// ours does: go-redis re-sends a command whose reply was lost, so a SET
+// that ran may answer nil. Unless the caller queues next (queueNext: the
+// queue script tells a replay apart), a GET finds out. Later tries send
+// SET NX PX GET, which answers both in one reply.
+func (m *Manager) attempt(ctx context.Context, key, token string, tokenArg any, ac *acquireConfig, firstTry, queueNext bool) (status int, fence uint64, replicas int, err error) {
 	ttlMs := ac.ttlMs
 	if m.cfg.replicas > 0 {
 		return m.attemptWait(ctx, key, token, ttlMs, ac)
@@ -483,10 +495,47 @@ func (m *Manager) attempt(ctx context.Context, key, token string, tokenArg any, 
 		status, fence, err := parseFenced(res, err)
 		return status, fence, 0, err
 	}
-	cmd := redis.NewStringCmd(ctx, "set", key, tokenArg, "px", ttlMs, "nx", "get")
-	_ = m.cmd.Process(ctx, cmd)
-	status, err = parseSetNXGet(cmd, token)
+	if !firstTry {
+		cmd := redis.NewStringCmd(ctx, "set", key, tokenArg, "px", ttlMs, "nx", "get")
+		_ = m.cmd.Process(ctx, cmd)
+		status, err = parseSetNXGet(cmd, token)
+		return status, 0, 0, err
+	}
+	set := redis.NewStatusCmd(ctx, "set", key, tokenArg, "px", ttlMs, "nx")
+	_ = m.cmd.Process(ctx, set)
+	switch err := set.Err(); {
+	case err == nil:
+		return attemptFresh, 0, 0, nil
+	case !errors.Is(err, redis.Nil):
+		return 0, 0, 0, err
+	case queueNext:
+		return attemptContended, 0, 0, nil
+	}
+	get := redis.NewStringCmd(ctx, "get", key)
+	_ = m.cmd.Process(ctx, get)
+	status, err = parseGet(get, token)
 	return status, 0, 0, err
+}
+
+// parseGet reads the GET after a SET NX that answered nil: our token (with
+// or without the queued mark) means the SET ran after all.
+func parseGet(cmd *redis.StringCmd, token string) (int, error) {
+	v, err := cmd.Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return attemptContended, nil // gone since: not ours
+	case err != nil:
+		return 0, err
+	case isOurs(v, token):
+		return attemptReplay, nil
+	}
+	return attemptContended, nil
+}
+
+// isOurs reports whether a lock key's value v is token, with or without
+// QueuedMark.
+func isOurs(v, token string) bool {
+	return v == token || (len(v) == len(token)+1 && v[len(token):] == QueuedMark && v[:len(token)] == token)
 }
 
 // attemptWait writes the key and sends WAIT in one pipeline on the owning
@@ -536,7 +585,7 @@ func parseSetNXGet(cmd *redis.StringCmd, token string) (int, error) {
 		return attemptFresh, nil
 	case err != nil:
 		return 0, err
-	case old == token || (len(old) == len(token)+1 && old[len(token):] == QueuedMark && old[:len(token)] == token):
+	case isOurs(old, token):
 		return attemptReplay, nil
 	}
 	return attemptContended, nil

@@ -234,6 +234,8 @@ func (answerHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (answerHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		switch c := cmd.(type) {
+		case *redis.StatusCmd: // SET NX: taken
+			c.SetVal("OK")
 		case *redis.StringCmd:
 			c.SetErr(redis.Nil)
 			return redis.Nil

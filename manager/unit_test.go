@@ -497,6 +497,54 @@ func TestAcquireAfterLostReplyIsIdempotent(t *testing.T) {
 	}
 }
 
+// resendHook runs the first SET twice and answers with the second reply, as
+// go-redis does when it re-sends a command whose reply was lost.
+type resendHook struct{ n atomic.Int64 }
+
+func (h *resendHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *resendHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "set" && h.n.Add(1) == 1 {
+			_ = next(ctx, cmd)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h *resendHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A one-shot acquire whose SET was re-sent (the first run took the key, the
+// second answered nil) finds its own token and holds the lock.
+func TestTryAcquireAfterHiddenResend(t *testing.T) {
+	mr, c := miniClient(t)
+	hook := &resendHook{}
+	c.AddHook(hook)
+	m := newManager(t, c, manager.WithAutoPipeline(false))
+	l, err := m.TryAcquire(ctxT(t), "r")
+	if err != nil {
+		t.Fatalf("TryAcquire after a re-sent SET = %v", err)
+	}
+	if hook.n.Load() != 1 {
+		t.Fatalf("%d SETs", hook.n.Load())
+	}
+	if got, _ := mr.Get(l.Key()); got != l.Token() {
+		t.Fatal("lock not held")
+	}
+	if err := l.Release(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	// A waiting acquire goes on to the queue script, which finds the token.
+	hook.n.Store(0)
+	l, err = m.Acquire(ctxT(t), "r", manager.AcquireWithWait(time.Second))
+	if err != nil {
+		t.Fatalf("Acquire after a re-sent SET = %v", err)
+	}
+	if got, _ := mr.Get(l.Key()); got != l.Token() {
+		t.Fatal("lock not held")
+	}
+}
+
 // A one-shot acquire whose reply was lost leaves no lock behind: its token
 // is released in the background.
 func TestLostAcquireReplyDoesNotStrandKey(t *testing.T) {
