@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -232,6 +231,34 @@ func resourcesOn(t *testing.T, ctx context.Context, c *redis.ClusterClient, addr
 
 func node(addr string) *redis.Client { return redis.NewClient(&redis.Options{Addr: addr}) }
 
+// otherMaster returns the address of a master other than not.
+func otherMaster(t *testing.T, ctx context.Context, c *redis.ClusterClient, not string) string {
+	t.Helper()
+	slots, err := c.ClusterSlots(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range slots {
+		if a := s.Nodes[0].Addr; a != not {
+			return a
+		}
+	}
+	t.Fatalf("no master other than %s", not)
+	return ""
+}
+
+// pidOf returns the process id and port of the server at addr, started by
+// scripts/redis-test-env.sh under dir.
+func pidOf(t *testing.T, dir, addr string) (pid, port string) {
+	t.Helper()
+	port = addr[strings.LastIndexByte(addr, ':')+1:]
+	b, err := os.ReadFile(filepath.Join(dir, port, "redis.pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b)), port
+}
+
 // waitClusterOK waits until every node of addrs reports cluster_state:ok
 // and the node at want is a master (when given).
 func waitClusterOK(t *testing.T, addrs []string, limit time.Duration) {
@@ -313,17 +340,7 @@ func TestFaults(t *testing.T) {
 		res := []string{"{" + tag + "}:a", "{" + tag + "}:b", "{" + tag + "}:c", "{" + tag + "}:x,{" + tag + "}:y"}
 		slot := sharding.Slot(tag)
 		source, _ := masterOf(t, ctx, admin, slot)
-		var target string
-		slots, err := admin.ClusterSlots(ctx).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, s := range slots {
-			if a := s.Nodes[0].Addr; a != source {
-				target = a
-				break
-			}
-		}
+		target := otherMaster(t, ctx, admin, source)
 		src, dst := node(source), node(target)
 		defer src.Close()
 		defer dst.Close()
@@ -390,23 +407,7 @@ func TestFaults(t *testing.T) {
 		tag := testenv.Unique("down")
 		res := []string{"{" + tag + "}:a", "{" + tag + "}:b", "{" + tag + "}:x,{" + tag + "}:y"}
 		mine, _ := masterOf(t, ctx, admin, sharding.Slot(tag))
-		var paused string
-		slots, err := admin.ClusterSlots(ctx).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, s := range slots {
-			if a := s.Nodes[0].Addr; a != mine {
-				paused = a
-				break
-			}
-		}
-		port := paused[strings.LastIndexByte(paused, ':')+1:]
-		pidb, err := os.ReadFile(filepath.Join(dir, port, "redis.pid"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		pid := strings.TrimSpace(string(pidb))
+		pid, _ := pidOf(t, dir, otherMaster(t, ctx, admin, mine))
 		run, cancel := context.WithTimeout(ctx, 8*time.Second)
 		defer cancel()
 		var w workload
@@ -506,12 +507,7 @@ func TestFaults(t *testing.T) {
 	t.Run("master killed", func(t *testing.T) {
 		key, _ := sharding.LockKey(sharding.DefaultPrefix, "kill-probe")
 		master, _ := masterOf(t, ctx, admin, sharding.Slot(key))
-		port := master[strings.LastIndexByte(master, ':')+1:]
-		pidb, err := os.ReadFile(filepath.Join(dir, port, "redis.pid"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		pid, _ := strconv.Atoi(strings.TrimSpace(string(pidb)))
+		pid, port := pidOf(t, dir, master)
 		res := resourcesOn(t, ctx, admin, master, testenv.Unique("kill"), 1)[0]
 
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
@@ -527,7 +523,7 @@ func TestFaults(t *testing.T) {
 			_ = l.Release(ctx)
 		}
 		killed := time.Now()
-		if err := exec.Command("kill", "-9", strconv.Itoa(pid)).Run(); err != nil {
+		if err := exec.Command("kill", "-9", pid).Run(); err != nil {
 			t.Fatal(err)
 		}
 		defer func() {
