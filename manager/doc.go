@@ -20,10 +20,14 @@
 //
 // # Acquire, release, extend
 //
-// Acquire is one SET key token NX PX ttl GET: the GET makes a re-sent
-// attempt (go-redis re-sends on a read timeout) find its own token and hold
-// the lock instead of reporting contention. With fencing it is one Lua script
-// that also INCRs a counter in the lock's slot. An attempt whose reply never
+// An acquire attempt is one SET key token NX PX ttl. A nil reply may be a
+// re-sent attempt that ran (go-redis re-sends on a read timeout), so it is
+// followed by a GET (later polls send SET ... GET), and a re-sent attempt
+// finds its own token and holds the lock instead of reporting contention.
+// With fencing it is one Lua script that also INCRs a counter in the lock's
+// slot. A waiting Acquire then queues up, in its process and in Redis, and
+// the release before it hands it the lock (see [WithNotifications]): a fair
+// queue, with no herd of retries. An attempt whose reply never
 // came may still run on the server later; its token is released in the
 // background until its TTL would have ended, so a timeout never strands a
 // key. Release is a Lua compare-and-delete and Extend a compare-and-pexpire;
@@ -35,7 +39,7 @@
 //
 // Each Manager runs one goroutine, the watchdog scheduler. It renews every
 // held lock every TTL/3, pipelining the renewals due in one tick per cluster
-// node (10,000 held locks cost a handful of round trips per tick). When a
+// node (10,000 held locks cost one round trip per master per tick). When a
 // renewal finds the key gone or owned by someone else, or the lock's
 // validity (measured on this process's monotonic clock from the send time of
 // the last successful write) runs out with no successful renewal, the lock
