@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/shardlock/shardlock/sharding"
 )
 
@@ -42,9 +44,12 @@ func (m *Manager) AcquireStripe(ctx context.Context, resource string, stripes in
 
 // AcquireAny takes any free one of permits locks on resource, an N-holder
 // semaphore: the permits are the locks "<resource>#0" .. "<resource>#N-1".
-// Each round tries every permit once, from a random one so that callers
-// spread; between rounds it waits as Acquire does (retry strategy, wait
-// limit, ctx). The returned lock's Resource names the permit taken.
+// Each round reads which permits are free (one pipelined GET per permit, one
+// pipeline per node, the nodes in parallel) and tries the free ones, from a
+// random one so that callers spread: one more round trip when the first
+// free permit is still free. Between rounds it waits as Acquire does (retry
+// strategy, wait limit, ctx). The returned lock's Resource names the permit
+// taken.
 //
 // It returns an *InvalidArgumentError for permits outside [1, MaxStripes]
 // or a resource with a hash tag of its own, and otherwise what Acquire returns.
@@ -71,9 +76,14 @@ func (m *Manager) AcquireAny(ctx context.Context, resource string, permits int, 
 		}
 	}()
 	for round := 1; ; round++ {
+		free := m.freePermits(ctx, names)
 		start := rand.IntN(permits)
 		for k := range permits {
-			l, err := m.TryAcquire(ctx, names[(start+k)%permits], opts...)
+			i := (start + k) % permits
+			if !free[i] {
+				continue
+			}
+			l, err := m.TryAcquire(ctx, names[i], opts...)
 			if err == nil {
 				return l, nil
 			}
@@ -92,4 +102,23 @@ func (m *Manager) AcquireAny(ctx context.Context, resource string, permits int, 
 		case <-timer.C:
 		}
 	}
+}
+
+// freePermits reads which of the permits (resources) look free, with one
+// pipelined GET each (one pipeline per node). A permit whose read failed
+// counts as free: the attempt on it finds out.
+func (m *Manager) freePermits(ctx context.Context, resources []string) []bool {
+	pipe := m.client.Pipeline()
+	cmds := make([]*redis.StringCmd, len(resources))
+	for i, r := range resources {
+		key, _ := sharding.LockKey(m.cfg.prefix, r) // checked by stripeName
+		cmds[i] = pipe.Get(ctx, key)
+	}
+	_, _ = pipe.Exec(ctx) // per-command results below; nil means free
+	free := make([]bool, len(resources))
+	for i, c := range cmds {
+		err := c.Err()
+		free[i] = err != nil // redis.Nil: free; another error: let the attempt tell
+	}
+	return free
 }

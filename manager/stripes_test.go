@@ -170,3 +170,46 @@ func TestRealPoolNeverOverflows(t *testing.T) {
 	}
 	t.Logf("%d sections, at most %d holders at once", sections.Load(), maxHolders.Load())
 }
+
+// AcquireAny finds the free permit with one read per node: 8 permits on
+// the cluster with 7 held cost at most 3 pipelines (the read) and one SET.
+func TestRealAcquireAnyRoundTrips(t *testing.T) {
+	addrs := testenv.ClusterAddrs(t)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { _ = c.Close() })
+	var trips, cmds atomic.Int64
+	c.OnNewNode(func(node *redis.Client) { node.AddHook(&countHook{pipelines: &trips, cmds: &cmds}) })
+	m := newManager(t, c)
+	ctx := ctxT(t)
+	pool := testenv.Unique("anyrt")
+	const permits = 8
+	var held []*manager.Lock
+	for range permits - 1 {
+		l, err := m.AcquireAny(ctx, pool, permits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	trips.Store(0)
+	l, err := m.AcquireAny(ctx, pool, permits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := trips.Load(); got > 4 {
+		t.Fatalf("the last free permit of %d took %d round trips", permits, got)
+	}
+	for _, h := range held {
+		if h.Resource() == l.Resource() {
+			t.Fatalf("permit %s taken twice", l.Resource())
+		}
+	}
+	// All taken: a try reads and gives up, with no attempt.
+	trips.Store(0)
+	if _, err := m.AcquireAny(ctx, pool, permits, manager.AcquireWithWait(0)); !errors.Is(err, manager.ErrNotAcquired) {
+		t.Fatalf("full pool: %v", err)
+	}
+	if got := trips.Load(); got > 3 {
+		t.Fatalf("a full pool of %d took %d round trips", permits, got)
+	}
+}
