@@ -260,7 +260,8 @@ func pidOf(t *testing.T, dir, addr string) (pid, port string) {
 }
 
 // waitClusterOK waits until every node of addrs reports cluster_state:ok
-// and the node at want is a master (when given).
+// and every slot range has a replica (a node restarted after a fault test
+// takes a moment to rejoin as one).
 func waitClusterOK(t *testing.T, addrs []string, limit time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(limit)
@@ -269,10 +270,19 @@ func waitClusterOK(t *testing.T, addrs []string, limit time.Duration) {
 		for _, a := range addrs {
 			n := node(a)
 			info, err := n.ClusterInfo(context.Background()).Result()
-			_ = n.Close()
 			if err != nil || !strings.Contains(info, "cluster_state:ok") {
 				ok = false
 			}
+			slots, err := n.ClusterSlots(context.Background()).Result()
+			if err != nil {
+				ok = false
+			}
+			for _, s := range slots {
+				if len(s.Nodes) < 2 {
+					ok = false
+				}
+			}
+			_ = n.Close()
 		}
 		if ok {
 			return
