@@ -62,6 +62,10 @@ func TestRealFairQueueOrder(t *testing.T) {
 			// Queue them one after the other.
 			eventually(t, 5*time.Second, fmt.Sprintf("waiter %d queued", i), func() bool { return queueLen(t, c, key) == int64(i) })
 		}
+		// The queue expires with its last entry (the waiters' wait limit).
+		if ttl := c.PTTL(ctx, sharding.QueueKey(key)).Val(); ttl <= 0 || ttl > 31*time.Second {
+			t.Fatalf("queue TTL %v", ttl)
+		}
 		// A queued waiter marks the key; its holder still owns it.
 		if v := c.Get(ctx, key).Val(); v != holder.Token()+manager.QueuedMark {
 			t.Fatalf("key holds %q with waiters queued", v)

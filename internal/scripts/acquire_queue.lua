@@ -7,9 +7,9 @@
 -- Returns {1, fence} when this call set the key (a re-check that did also
 -- takes its entry out of the queue), {2, fence} when the key already holds
 -- this token (a re-sent attempt, or a hand-over whose announcement was
--- missed), {0, 0} when another token holds it: the entry is then queued,
--- unless a re-check finds it there already, and the key gets release.lua's
--- queued mark "\30".
+-- missed), {0, 0} when another token holds it: the entry is then queued
+-- (the queue expiring at its latest entry's deadline), unless a re-check
+-- finds it there already, and the key gets release.lua's queued mark "\30".
 local mark = '\30'
 local v = redis.call('GET', KEYS[1])
 if v == false then
@@ -24,7 +24,13 @@ elseif v == ARGV[1] or v == ARGV[1] .. mark then
   return {2, 0}
 end
 if ARGV[5] ~= '1' or not redis.call('LPOS', KEYS[2], ARGV[4]) then
-  redis.call('RPUSH', KEYS[2], ARGV[4])
+  -- The queue lives until its last entry's deadline: never longer.
+  local deadline = string.match(ARGV[4], '^(%d+):')
+  if redis.call('RPUSH', KEYS[2], ARGV[4]) == 1 then
+    redis.call('PEXPIREAT', KEYS[2], deadline)
+  else
+    redis.call('PEXPIREAT', KEYS[2], deadline, 'GT')
+  end
 end
 if string.sub(v, -1) ~= mark then
   redis.call('SET', KEYS[1], v .. mark, 'KEEPTTL')

@@ -7,12 +7,12 @@
 -- Waiters queue on the list "<key>:waiters" (acquire_queue.lua), entries
 -- "<deadline ms>:<ttl ms>:<1 to take a fence, else 0>:<token>"; an entry
 -- past its deadline (Unix ms, by the server's clock, read only when an
--- entry is popped) is dropped. A key that may have queued waiters holds
--- its token followed by the mark "\30" (a
--- byte no owner id, and so no token, ends in): the mark is set by a waiter
--- that queues and by every hand-over. A key without it has nobody queued,
--- and its release is a plain compare-and-delete: the uncontended path pays
--- nothing for the queue.
+-- entry is popped) is dropped, and the queue expires at its latest entry's
+-- deadline. A key that may have queued waiters holds its token followed by
+-- the mark "\30" (a byte no owner id, and so no token, ends in): the mark
+-- is set by a waiter that queues and by every hand-over. A key without it
+-- has nobody queued, and its release is a plain compare-and-delete: the
+-- uncontended path pays nothing for the queue.
 --
 -- The queue and the fence counter "<key>:fence" share the key's slot
 -- (sharding.LockKey makes sure), so they are derived here rather than
@@ -76,7 +76,15 @@ for _ = 1, 64 do
       break
     end
     redis.pcall('SPUBLISH', k .. ':released', redis.sha1hex(tok) .. ' ' .. fence)
-    if nxt ~= '' then redis.call('RPUSH', q, nxt) end
+    if nxt ~= '' then
+      -- queued behind; the queue lives until its last entry's deadline
+      local deadline = string.match(nxt, '^(%d+):')
+      if redis.call('RPUSH', q, nxt) == 1 then
+        redis.call('PEXPIREAT', q, deadline)
+      else
+        redis.call('PEXPIREAT', q, deadline, 'GT')
+      end
+    end
     return 2
   end
   -- a waiter past its deadline: dropped
