@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/shardlock/shardlock/internal/testenv"
 	"github.com/shardlock/shardlock/manager"
 )
 
@@ -146,4 +147,15 @@ func assertFencesRise(t testing.TB, m *manager.Manager, resource string, n int) 
 			t.Fatal(err)
 		}
 	}
+}
+
+// countingCluster returns a client of the real cluster that counts its round
+// trips: every command and every per-node pipeline it sends.
+func countingCluster(t *testing.T) (*redis.ClusterClient, *atomic.Int64) {
+	t.Helper()
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.ClusterAddrs(t)})
+	t.Cleanup(func() { _ = c.Close() })
+	var trips, cmds atomic.Int64
+	c.OnNewNode(func(node *redis.Client) { node.AddHook(&countHook{pipelines: &trips, cmds: &cmds}) })
+	return c, &trips
 }

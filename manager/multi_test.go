@@ -106,11 +106,7 @@ func TestRealMultiNoDeadlock(t *testing.T) {
 // A multi-slot lock is taken and released with one pipeline per node: 12
 // resources in 12 slots over 3 masters cost at most 3 round trips each way.
 func TestRealMultiPipelinedPerNode(t *testing.T) {
-	addrs := testenv.ClusterAddrs(t)
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-	t.Cleanup(func() { _ = c.Close() })
-	var trips, cmds atomic.Int64
-	c.OnNewNode(func(node *redis.Client) { node.AddHook(&countHook{pipelines: &trips, cmds: &cmds}) })
+	c, trips := countingCluster(t)
 	m := newManager(t, c)
 	ctx := ctxT(t)
 	run := testenv.Unique("pipe")

@@ -174,11 +174,7 @@ func TestRealPoolNeverOverflows(t *testing.T) {
 // AcquireAny finds the free permit with one read per node: 8 permits on
 // the cluster with 7 held cost at most 3 pipelines (the read) and one SET.
 func TestRealAcquireAnyRoundTrips(t *testing.T) {
-	addrs := testenv.ClusterAddrs(t)
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-	t.Cleanup(func() { _ = c.Close() })
-	var trips, cmds atomic.Int64
-	c.OnNewNode(func(node *redis.Client) { node.AddHook(&countHook{pipelines: &trips, cmds: &cmds}) })
+	c, trips := countingCluster(t)
 	m := newManager(t, c)
 	ctx := ctxT(t)
 	pool := testenv.Unique("anyrt")
