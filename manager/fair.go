@@ -344,6 +344,11 @@ func (m *Manager) leaveQueued(key string, w *fairWaiter, entry string) {
 	if err == nil && n == 1 {
 		return
 	}
+	if m.closed.Load() {
+		// No reaper after Close: release a hand-over that already came.
+		_ = scripts.Release.Run(ctx, m.client, []string{key}, w.token).Err()
+		return
+	}
 	until := time.Now()
 	if w.deadline.After(until) {
 		until = w.deadline

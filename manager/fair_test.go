@@ -273,3 +273,40 @@ func TestRealFairQueueLocalHandoff(t *testing.T) {
 		}
 	})
 }
+
+// A waiter handed the lock after its manager closed gives it up: the key
+// does not stay held until its TTL.
+func TestRealFairQueueHandoverAfterClose(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := ctxT(t)
+		holderM := newManager(t, c)
+		res := testenv.Unique("closed")
+		holder, err := holderM.TryAcquire(ctx, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := manager.New(c, manager.WithRetry(manager.LinearBackoff(200*time.Millisecond)), manager.WithTTL(30*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		errc := make(chan error, 1)
+		go func() {
+			_, err := w.Acquire(ctx, res)
+			errc <- err
+		}()
+		eventually(t, 5*time.Second, "waiter queued", func() bool { return queueLen(t, c, holder.Key()) == 1 })
+		if err := w.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The release hands the key to the closed manager's waiter.
+		if err := holder.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-errc; !errors.Is(err, manager.ErrClosed) {
+			t.Fatalf("waiter of a closed manager: %v", err)
+		}
+		if n := c.Exists(ctx, holder.Key()).Val(); n != 0 {
+			t.Fatalf("key %q still held (TTL %v) after its waiter's manager closed", holder.Key(), c.PTTL(ctx, holder.Key()).Val())
+		}
+	})
+}
