@@ -37,6 +37,7 @@ type Manager struct {
 	sched  *scheduler
 
 	closed     atomic.Bool
+	closing    chan struct{} // closed by Close: wakes the waiters
 	closeOnce  sync.Once
 	lastReload atomic.Int64
 	defaultAC  acquireConfig // the configuration of an acquire without options
@@ -66,7 +67,7 @@ func New(client Client, opts ...Option) (*Manager, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	m := &Manager{client: client, cmd: client, renew: client, cfg: cfg, log: cfg.logger}
+	m := &Manager{client: client, cmd: client, renew: client, cfg: cfg, log: cfg.logger, closing: make(chan struct{})}
 	m.defaultAC = m.defaultAcquireConfig()
 	m.mx = cfg.metrics
 	if cfg.renewClient != nil {
@@ -424,6 +425,8 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 					myTurn = true
 				case <-ctx.Done():
 					return fail(errors.Join(notAcquired, ctx.Err()))
+				case <-m.closing:
+					return fail(ErrClosed)
 				case <-timer.C:
 				}
 			}
@@ -463,6 +466,8 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 		select {
 		case <-ctx.Done():
 			return fail(errors.Join(notAcquired, ctx.Err()))
+		case <-m.closing:
+			return fail(ErrClosed)
 		case <-timer.C:
 			polls++
 		case g := <-grants:
@@ -642,6 +647,7 @@ func (m *Manager) Close(ctx context.Context) error {
 	err := ErrClosed
 	m.closeOnce.Do(func() {
 		m.closed.Store(true)
+		close(m.closing)
 		locks, orphans := m.sched.stop()
 		m.unregister()
 		err = m.releaseAll(ctx, locks, orphans)

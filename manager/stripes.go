@@ -99,6 +99,8 @@ func (m *Manager) AcquireAny(ctx context.Context, resource string, permits int, 
 		select {
 		case <-ctx.Done():
 			return nil, errors.Join(ErrNotAcquired, ctx.Err())
+		case <-m.closing:
+			return nil, ErrClosed
 		case <-timer.C:
 		}
 	}

@@ -122,3 +122,46 @@ func TestLocalWaitersQueue(t *testing.T) {
 	}
 	t.Logf("5 local waiters sent %d commands in 300 ms", n)
 }
+
+// Close wakes the manager's waiters, queued in Redis or in the process:
+// they return ErrClosed at once, not at their next re-check.
+func TestCloseWakesWaiters(t *testing.T) {
+	_, c := miniClient(t)
+	holderM := newManager(t, c)
+	ctx := ctxT(t)
+	holder, err := holderM.TryAcquire(ctx, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release(ctx)
+	m, err := manager.New(c, manager.WithRetry(manager.LinearBackoff(time.Minute)), manager.WithStartupCheck(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const waiters = 3
+	errc := make(chan error, waiters)
+	for range waiters {
+		go func() {
+			_, err := m.Acquire(ctx, "r")
+			errc <- err
+		}()
+	}
+	eventually(t, 5*time.Second, "waiters queued", func() bool { return c.LLen(ctx, sharding.QueueKey(holder.Key())).Val() == 1 })
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	timeout := time.After(10 * time.Second) // the re-check is a minute away
+	for range waiters {
+		select {
+		case err := <-errc:
+			if !errors.Is(err, manager.ErrClosed) {
+				t.Fatalf("waiter after Close: %v", err)
+			}
+		case <-timeout:
+			t.Fatal("a waiter did not wake on Close")
+		}
+	}
+	if n := c.LLen(ctx, sharding.QueueKey(holder.Key())).Val(); n != 0 {
+		t.Fatalf("%d entries left queued", n)
+	}
+}
