@@ -253,7 +253,7 @@ func (m *Manager) afterRelease(l *Lock, h handover, code int64, fence uint64, se
 		}
 		if w.left {
 			// The waiter gave up meanwhile: the lock is nobody's.
-			m.sched.addOrphan(l.key, w.token, sentAt.Add(w.ttl))
+			m.reap(l.key, w.token, sentAt.Add(w.ttl))
 			return
 		}
 		w.send(grantMsg{fence: fence, validFrom: sentAt})
@@ -344,14 +344,9 @@ func (m *Manager) leaveQueued(key string, w *fairWaiter, entry string) {
 	if err == nil && n == 1 {
 		return
 	}
-	if m.closed.Load() {
-		// No reaper after Close: release a hand-over that already came.
-		_ = scripts.Release.Run(ctx, m.client, []string{key}, w.token).Err()
-		return
-	}
 	until := time.Now()
 	if w.deadline.After(until) {
 		until = w.deadline
 	}
-	m.sched.addOrphan(key, w.token, until.Add(w.ttl))
+	m.reap(key, w.token, until.Add(w.ttl))
 }

@@ -229,12 +229,31 @@ type target struct {
 // orphan hands a token that may hold the target's keys to the reaper.
 func (m *Manager) orphan(tg target, token string, deadline time.Time) {
 	if tg.batch == nil {
-		m.sched.addOrphan(tg.key, token, deadline)
+		m.reap(tg.key, token, deadline)
 		return
 	}
 	for _, k := range tg.batch.keys {
-		m.sched.addOrphan(k, token, deadline)
+		m.reap(k, token, deadline)
 	}
+}
+
+// reap hands a token that may hold key, until deadline, to the watchdog's
+// reaper; after Close, when no reaper runs, it releases it once now
+// (bounded by a second), best effort.
+func (m *Manager) reap(key, token string, deadline time.Time) {
+	if m.sched.addOrphan(key, token, deadline) {
+		return
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), minTime(deadline, time.Now().Add(time.Second)))
+	defer cancel()
+	_ = scripts.Release.Run(ctx, m.client, []string{key}, token).Err()
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig, wait bool, start time.Time) (*Lock, error) {

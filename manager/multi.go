@@ -287,7 +287,7 @@ func (m *Manager) tryGroups(ctx context.Context, groups [][]string, opts []Acqui
 			if isAmbiguous(err) {
 				// It may still run on the server: its token goes to the reaper.
 				for _, k := range a.b.keys {
-					m.sched.addOrphan(k, a.token, sentAt.Add(a.ac.ttl))
+					m.reap(k, a.token, sentAt.Add(a.ac.ttl))
 				}
 			}
 			err = fmt.Errorf("shardlock: acquire %q: %w", a.b.resources[0], err)
@@ -302,7 +302,7 @@ func (m *Manager) tryGroups(ctx context.Context, groups [][]string, opts []Acqui
 			if !monoNow().Before(l.validUntil) {
 				// The reply came after the lock would have expired.
 				for _, k := range a.b.keys {
-					m.sched.addOrphan(k, a.token, l.validUntil.Time())
+					m.reap(k, a.token, l.validUntil.Time())
 				}
 				err = ErrNotAcquired
 				break

@@ -147,14 +147,17 @@ func (s *scheduler) drainLocked() {
 	s.incoming = s.incoming[:0]
 }
 
-func (s *scheduler) addOrphan(key, token string, deadline time.Time) {
+// addOrphan hands a token that may hold key, until deadline, to the
+// reaper. It returns false once the scheduler has stopped: Close has taken
+// the list, and nothing would run it again.
+func (s *scheduler) addOrphan(key, token string, deadline time.Time) bool {
 	if !time.Now().Before(deadline) {
-		return
+		return true // nothing left to release
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped {
-		return // Close has taken the list; nothing will run it again.
+		return false
 	}
 	if len(s.orphans) >= maxOrphans {
 		s.m.log.Warn("too many orphaned lock tokens; dropping the oldest", zap.String("event", "orphan_dropped"))
@@ -162,6 +165,7 @@ func (s *scheduler) addOrphan(key, token string, deadline time.Time) {
 	}
 	s.orphans = append(s.orphans, orphan{key: key, token: token, deadline: deadline, next: time.Now()})
 	s.poke()
+	return true
 }
 
 // stop ends the goroutine, waits for it, and hands back what it watched.
