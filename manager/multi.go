@@ -172,12 +172,13 @@ func (m *Manager) acquireMulti(ctx context.Context, resources []string, opts []A
 		}
 		return items[i].key < items[j].key
 	})
-	var groups [][]string
+	var groups []*batchInfo // resources and keys of one slot each, in order
 	for i, it := range items {
 		if i == 0 || it.slot != items[i-1].slot {
-			groups = append(groups, nil)
+			groups = append(groups, &batchInfo{})
 		}
-		groups[len(groups)-1] = append(groups[len(groups)-1], it.resource)
+		g := groups[len(groups)-1]
+		g.resources, g.keys = append(g.resources, it.resource), append(g.keys, it.key)
 	}
 	// One deadline for the whole call: later groups get what is left.
 	ac, _, err := m.acquireConfig(items[0].resource, opts)
@@ -222,9 +223,9 @@ func (m *Manager) acquireMulti(ctx context.Context, resources []string, opts []A
 	for _, g := range groups[next:] {
 		var l *Lock
 		if wait {
-			l, err = m.AcquireBatch(ctx, g, opts...)
+			l, err = m.AcquireBatch(ctx, g.resources, opts...)
 		} else {
-			l, err = m.TryAcquireBatch(ctx, g, opts...)
+			l, err = m.TryAcquireBatch(ctx, g.resources, opts...)
 		}
 		if err != nil {
 			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), ac.ttl)
@@ -241,7 +242,7 @@ func (m *Manager) acquireMulti(ctx context.Context, resources []string, opts []A
 // in the global order) in one pipeline per node. It returns the lock taken
 // for each group (nil where none was), the index of the first group not
 // taken (len(groups) when all were), and that group's error.
-func (m *Manager) tryGroups(ctx context.Context, groups [][]string, opts []AcquireOption) ([]*Lock, int, error) {
+func (m *Manager) tryGroups(ctx context.Context, groups []*batchInfo, opts []AcquireOption) ([]*Lock, int, error) {
 	if m.closed.Load() {
 		return make([]*Lock, len(groups)), 0, ErrClosed
 	}
@@ -253,16 +254,12 @@ func (m *Manager) tryGroups(ctx context.Context, groups [][]string, opts []Acqui
 	start := time.Now()
 	atts := make([]attempt, len(groups))
 	calls := make([]scriptCall, len(groups))
-	for i, g := range groups {
-		ac, _, err := m.acquireConfig(g[0], opts)
+	for i, b := range groups {
+		ac, _, err := m.acquireConfig(b.resources[0], opts)
 		if err != nil {
 			return make([]*Lock, len(groups)), 0, err
 		}
-		m.resolveClass(&ac, g[0])
-		b := &batchInfo{resources: g, keys: make([]string, len(g))}
-		for j, r := range g {
-			b.keys[j], _ = sharding.LockKey(m.cfg.prefix, r) // checked by the caller
-		}
+		m.resolveClass(&ac, b.resources[0])
 		atts[i] = attempt{b: b, ac: ac, token: newToken(m.cfg.owner, start)}
 		keys, fencing := batchScriptKeys(b, ac.fencing)
 		calls[i] = scriptCall{script: scripts.AcquireBatch, keys: keys, args: []any{atts[i].token, ac.ttlMs, fencing}}
