@@ -160,11 +160,18 @@ func (lq *localQueues) markQueued(w *fairWaiter, sentAt time.Time) (entry string
 	if w.entry != "" {
 		return w.entry, true
 	}
+	return w.queueLocked(sentAt), false
+}
+
+// queueLocked gives w its entry, to be written by a command sent at sentAt:
+// the earliest time a hand-over to w can have happened (kept from the first
+// such write). localQueues.mu must be held.
+func (w *fairWaiter) queueLocked(sentAt time.Time) string {
 	w.entry = w.makeEntry()
 	if w.regAt.IsZero() {
 		w.regAt = sentAt
 	}
-	return w.entry, false
+	return w.entry
 }
 
 // acquired records that w's waiter took l: l is q's holder now.
@@ -194,15 +201,16 @@ func (lq *localQueues) giveUp(q *localQueue, w *fairWaiter) (entry string) {
 
 // handover is what a release does for this process's next waiter.
 type handover struct {
-	w     *fairWaiter // nil: nothing
-	q     *localQueue
-	local bool // hand the lock to w before anyone queued in Redis
-	entry string
+	w      *fairWaiter // nil: nothing
+	q      *localQueue
+	local  bool // hand the lock to w before anyone queued in Redis
+	entry  string
+	sentAt time.Time // when the release carrying entry is sent
 }
 
 // nextForRelease picks the local waiter that the release of l should queue
 // or hand the lock to: the head of key's local queue when nobody has queued
-// it yet. The caller then records the send time with queuedAt.
+// it yet. The clock is read only when there is one.
 func (lq *localQueues) nextForRelease(l *Lock) handover {
 	if lq.active.Load() == 0 {
 		return handover{}
@@ -220,18 +228,8 @@ func (lq *localQueues) nextForRelease(l *Lock) handover {
 	if w == nil || w.entry != "" || w.left {
 		return handover{}
 	}
-	w.entry = w.makeEntry()
-	return handover{w: w, q: q, local: q.streak < maxLocalHandoffs, entry: w.entry}
-}
-
-// queuedAt records the send time of the first write that may queue w (or
-// hand it the lock): the earliest time a hand-over to w can have happened.
-func (lq *localQueues) queuedAt(w *fairWaiter, sentAt time.Time) {
-	lq.mu.Lock()
-	defer lq.mu.Unlock()
-	if w.regAt.IsZero() {
-		w.regAt = sentAt
-	}
+	sentAt := time.Now()
+	return handover{w: w, q: q, local: q.streak < maxLocalHandoffs, entry: w.queueLocked(sentAt), sentAt: sentAt}
 }
 
 // afterRelease settles a handover with the release script's outcome: code

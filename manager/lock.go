@@ -406,17 +406,14 @@ func (l *Lock) Release(ctx context.Context) error {
 			result = res
 			return nil
 		}
-		var sentAt time.Time
+		var sentAt time.Time // read only when needed
 		if !handed {
 			// This process's next waiter for the key, if any, is queued
 			// (or handed the lock) by this release.
 			h, handed = m.queues.nextForRelease(l), true
-		}
-		if ambiguous || h.w != nil { // the clock is read only when needed
+			sentAt = h.sentAt
+		} else if ambiguous || h.w != nil {
 			sentAt = time.Now()
-			if h.w != nil {
-				m.queues.queuedAt(h.w, sentAt)
-			}
 		}
 		var res any
 		if h.w == nil {
