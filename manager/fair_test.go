@@ -310,3 +310,44 @@ func TestRealFairQueueHandoverAfterClose(t *testing.T) {
 		}
 	})
 }
+
+// A batch release hands each key with a queued waiter to that waiter.
+func TestRealFairQueueBatchRelease(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := ctxT(t)
+		m := newManager(t, c, manager.WithFencing(true))
+		res := group(t, testenv.Unique("bq"), "a", "b")
+		batch, err := m.TryAcquireBatch(ctx, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waiter := newManager(t, c, slowRecheck, manager.WithFencing(true))
+		got := make(chan acquired, 1)
+		go func() {
+			l, err := waiter.Acquire(ctx, res[0])
+			got <- acquired{l: l, err: err, when: time.Now()}
+		}()
+		keys := batch.Keys()
+		eventually(t, 5*time.Second, "waiter queued", func() bool { return queueLen(t, c, keys[0]) == 1 })
+		released := time.Now()
+		if err := batch.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		a := <-got
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+		if waited := a.when.Sub(released); waited > 2*time.Second {
+			t.Fatalf("waiter took %v after the batch release: it re-checked instead of being handed the lock", waited)
+		}
+		if a.l.Fence() <= batch.Fences()[0] {
+			t.Fatalf("fence %d after the batch's %d", a.l.Fence(), batch.Fences()[0])
+		}
+		if n := c.Exists(ctx, keys[1]).Val(); n != 0 {
+			t.Fatal("the batch's other key, with nobody queued, is still there")
+		}
+		if err := a.l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
