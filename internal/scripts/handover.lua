@@ -1,0 +1,69 @@
+-- The fair queue's hand-over, shared by release.lua, release_batch.lua and
+-- acquire_queue.lua: scripts.go puts this file in place of the include
+-- line in each of them.
+--
+-- A waiter's entry on "<key>:waiters" is
+-- "<deadline ms>:<ttl ms>:<1 to take a fence, else 0>:<token>". The queue
+-- and the fence counter "<key>:fence" share the key's slot
+-- (sharding.LockKey makes sure); the release scripts derive them rather
+-- than declare them, and read them through pcall: while a slot migrates, a
+-- helper key that has left this node is refused as non-local, and the
+-- release then deletes the key without a hand-over (queued waiters find it
+-- free when they re-check). The queue is only written after an entry was
+-- popped from it here, so a migrating slot never gets a second copy of it.
+
+-- grant sets key k to entry e's token, with the queued mark "\30" (see
+-- release.lua) and e's TTL, taking a fence first if e asks for one. It
+-- returns the token and the fence (0 without); nothing when the fence
+-- counter cannot be read here.
+local function grant(k, e)
+  local _, _, ttl, f, tok = string.find(e, '^%d+:(%d+):(%d):(.+)$')
+  local fence = 0
+  if f == '1' then
+    fence = redis.pcall('INCR', k .. ':fence')
+    if type(fence) ~= 'number' then return nil end
+  end
+  redis.call('SET', k, tok .. '\30', 'PX', ttl)
+  return tok, fence
+end
+
+-- enqueue appends entry e to queue q, which then lives until its latest
+-- entry's deadline and no longer.
+local function enqueue(q, e)
+  local deadline = string.match(e, '^(%d+):')
+  if redis.call('RPUSH', q, e) == 1 then
+    redis.call('PEXPIREAT', q, deadline)
+  else
+    redis.call('PEXPIREAT', q, deadline, 'GT')
+  end
+end
+
+-- hand_over gives key k to the first live entry of its queue and announces
+-- it with SPUBLISH on "<k>:released" as "<sha1 of the token> <fence>"
+-- (tokens are not broadcast). Entries past their deadline (by the server's
+-- clock, read once, only when an entry is popped) are dropped. It returns
+-- true when it handed the key over.
+local now
+local function hand_over(k)
+  local q = k .. ':waiters'
+  for _ = 1, 64 do
+    local e = redis.pcall('LPOP', q)
+    if type(e) ~= 'string' then return false end
+    if not now then
+      local t = redis.call('TIME')
+      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    end
+    local d = tonumber(string.match(e, '^(%d+):'))
+    if d and d >= now then
+      local tok, fence = grant(k, e)
+      if not tok then
+        redis.call('LPUSH', q, e)
+        return false
+      end
+      redis.pcall('SPUBLISH', k .. ':released', redis.sha1hex(tok) .. ' ' .. fence)
+      return true
+    end
+  end
+  return false
+end
+

@@ -1,0 +1,21 @@
+package scripts
+
+import (
+	"strings"
+	"testing"
+)
+
+// The three scripts of the fair queue carry handover.lua in place of their
+// include line, after their own fast path where they have one.
+func TestInclude(t *testing.T) {
+	for name, src := range map[string]string{"release": releaseSrc, "release_batch": releaseBatchSrc, "acquire_queue": acquireQueueSrc} {
+		got := include(src)
+		if strings.Contains(got, includeLine) || !strings.Contains(got, "local function hand_over(k)") {
+			t.Errorf("%s: handover.lua not included", name)
+		}
+	}
+	rel := include(releaseSrc)
+	if strings.Index(rel, "redis.call('DEL', k)\n  return 1") > strings.Index(rel, "local function grant") {
+		t.Error("release.lua: the uncontended path runs after the hand-over's definitions")
+	}
+}
