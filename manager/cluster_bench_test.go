@@ -12,36 +12,41 @@ import (
 	"github.com/shardlock/shardlock/manager"
 )
 
-// BenchmarkBatch compares one acquire+release of a single lock with one of
-// a batch of 10 co-located resources, on the cluster, one goroutine.
+// BenchmarkBatch compares a single lock with a batch of 10 co-located
+// resources, on the cluster, one goroutine: acquire+release, and the
+// acquire alone (the release outside the timer).
 func BenchmarkBatch(b *testing.B) {
 	c := testenv.Cluster(b)
 	m := newManager(b, c)
 	ctx := context.Background()
 	run := testenv.Unique("batch")
-	b.Run("single", func(b *testing.B) {
-		for b.Loop() {
-			l, err := m.TryAcquire(ctx, run)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := l.Release(ctx); err != nil {
-				b.Fatal(err)
-			}
+	single := func(ctx context.Context) (*manager.Lock, error) { return m.TryAcquire(ctx, run) }
+	res := group(b, run, "a", "b", "c", "d", "e", "f", "g", "h", "i", "j")
+	batch := func(ctx context.Context) (*manager.Lock, error) { return m.TryAcquireBatch(ctx, res) }
+	for _, mode := range []string{"acquire+release", "acquire"} {
+		for _, impl := range []struct {
+			name    string
+			acquire func(context.Context) (*manager.Lock, error)
+		}{{"single", single}, {"batch10", batch}} {
+			b.Run(mode+"/"+impl.name, func(b *testing.B) {
+				for b.Loop() {
+					l, err := impl.acquire(ctx)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if mode == "acquire" {
+						b.StopTimer()
+					}
+					if err := l.Release(ctx); err != nil {
+						b.Fatal(err)
+					}
+					if mode == "acquire" {
+						b.StartTimer()
+					}
+				}
+			})
 		}
-	})
-	b.Run("batch10", func(b *testing.B) {
-		res := group(b, run, "a", "b", "c", "d", "e", "f", "g", "h", "i", "j")
-		for b.Loop() {
-			l, err := m.TryAcquireBatch(ctx, res)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := l.Release(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+	}
 }
 
 // BenchmarkHotResource: 16 goroutines over 4 managers lock one hot
