@@ -159,9 +159,20 @@ func batchScriptKeys(b *batchInfo, fencing bool) ([]string, string) {
 	return keys, "1"
 }
 
+// batchFirstTry is acquire_batch.lua's ARGV[4]: "1" on a first attempt,
+// which tries the keys as free before it reads them (the cheapest script
+// when the batch is free), "0" on a poll of a batch seen busy.
+func batchFirstTry(first bool) string {
+	if first {
+		return "1"
+	}
+	return "0"
+}
+
 // attemptBatch makes one batch acquire round trip.
-func (m *Manager) attemptBatch(ctx context.Context, b *batchInfo, token string, ac *acquireConfig) (status int, fences []uint64, held []int, replicas int, err error) {
+func (m *Manager) attemptBatch(ctx context.Context, b *batchInfo, token string, ac *acquireConfig, first bool) (status int, fences []uint64, held []int, replicas int, err error) {
 	keys, fencing := batchScriptKeys(b, ac.fencing)
+	try := batchFirstTry(first)
 	var res []any
 	if m.cfg.replicas > 0 {
 		// The write and WAIT share one connection to the owning master.
@@ -170,7 +181,7 @@ func (m *Manager) attemptBatch(ctx context.Context, b *batchInfo, token string, 
 			return 0, nil, nil, 0, err
 		}
 		pipe := node.Pipeline()
-		acq := scripts.AcquireBatch.Eval(ctx, pipe, keys, token, ac.ttlMs, fencing)
+		acq := scripts.AcquireBatch.Eval(ctx, pipe, keys, token, ac.ttlMs, fencing, try)
 		waitc := pipe.Do(ctx, "wait", m.cfg.replicas, m.cfg.replicaTimeout.Milliseconds())
 		_, _ = pipe.Exec(ctx)
 		if res, err = acq.Slice(); err != nil {
@@ -178,7 +189,7 @@ func (m *Manager) attemptBatch(ctx context.Context, b *batchInfo, token string, 
 		}
 		n, _ := waitc.Int64() // a failed WAIT counts as no replica
 		replicas = int(n)
-	} else if res, err = scripts.AcquireBatch.Run(ctx, m.cmd, keys, token, ac.ttlMs, fencing).Slice(); err != nil {
+	} else if res, err = scripts.AcquireBatch.Run(ctx, m.cmd, keys, token, ac.ttlMs, fencing, try).Slice(); err != nil {
 		return 0, nil, nil, 0, err
 	}
 	status, fences, held, err = parseBatchReply(res, ac.fencing)

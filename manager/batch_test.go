@@ -214,3 +214,61 @@ func TestRealBatchReplicaAck(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The batch script on the real servers. A first attempt sets the keys as
+// free ones and, when a later key is busy, undoes what it set: whichever key
+// is busy, the batch fails naming it and leaves every other key absent. A
+// re-sent first attempt finds its token in every key and holds the batch.
+func TestRealBatchFirstAttempt(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, c redis.UniversalClient) {
+		hook := &resendHook{name: "evalsha"}
+		c.AddHook(hook)
+		m := newManager(t, c, manager.WithWatchdog(false), manager.WithAutoPipeline(false))
+		other := newManager(t, c, manager.WithWatchdog(false))
+		ctx := ctxT(t)
+		res := group(t, testenv.Unique("first"), "a", "b", "c", "d")
+		keys := make([]string, len(res))
+		for i, r := range res {
+			keys[i], _ = sharding.LockKey(sharding.DefaultPrefix, r)
+		}
+		hook.n.Store(2) // no re-send yet
+		for busy := range res {
+			h, err := other.TryAcquire(ctx, res[busy])
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = m.TryAcquireBatch(ctx, res)
+			var bhe *manager.BatchHeldError
+			if !errors.As(err, &bhe) || len(bhe.Held) != 1 || bhe.Held[0] != res[busy] {
+				t.Fatalf("key %d busy: %v", busy, err)
+			}
+			for i, k := range keys {
+				if i != busy && c.Exists(ctx, k).Val() != 0 {
+					t.Fatalf("key %d busy: key %d left set by the failed batch", busy, i)
+				}
+			}
+			if v := c.Get(ctx, keys[busy]).Val(); v != h.Token() {
+				t.Fatalf("key %d busy: the holder's key now holds %q", busy, v)
+			}
+			if err := h.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		hook.n.Store(0) // the next script runs twice
+		l, err := m.TryAcquireBatch(ctx, res, manager.AcquireWithFencing())
+		if err != nil {
+			t.Fatalf("batch after a re-sent script: %v", err)
+		}
+		if f := l.Fences(); len(f) != len(res) || f[0] == 0 {
+			t.Fatalf("fences %v", f)
+		}
+		for _, k := range keys {
+			if v := c.Get(ctx, k).Val(); v != l.Token() {
+				t.Fatalf("%s holds %q", k, v)
+			}
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

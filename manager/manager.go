@@ -347,7 +347,7 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 			firstTry := attempt == 1 || (attempt == 2 && queueFirst)
 			status, fence, replicas, err = m.attempt(ctx, tg.key, token, tokenArg, ac, firstTry, fair)
 		default:
-			status, fences, held, replicas, err = m.attemptBatch(ctx, tg.batch, token, ac)
+			status, fences, held, replicas, err = m.attemptBatch(ctx, tg.batch, token, ac, attempt == 1)
 		}
 		switch {
 		case err != nil:

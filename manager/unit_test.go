@@ -497,14 +497,22 @@ func TestAcquireAfterLostReplyIsIdempotent(t *testing.T) {
 	}
 }
 
-// resendHook runs the first SET twice and answers with the second reply, as
-// go-redis does when it re-sends a command whose reply was lost.
-type resendHook struct{ n atomic.Int64 }
+// resendHook runs the first SET (or the first command called name) twice
+// and answers with the second reply, as go-redis does when it re-sends a
+// command whose reply was lost.
+type resendHook struct {
+	name string
+	n    atomic.Int64
+}
 
 func (h *resendHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *resendHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if cmd.Name() == "set" && h.n.Add(1) == 1 {
+		name := h.name
+		if name == "" {
+			name = "set"
+		}
+		if cmd.Name() == name && h.n.Add(1) == 1 {
 			_ = next(ctx, cmd)
 		}
 		return next(ctx, cmd)

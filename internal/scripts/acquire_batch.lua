@@ -1,6 +1,8 @@
 -- Acquire several keys of one slot, all or none.
 -- KEYS[1..n] lock keys; with fencing, KEYS[n+1..2n] their fence counters.
--- ARGV[1] token, ARGV[2] TTL in milliseconds, ARGV[3] '1' to take fences.
+-- ARGV[1] token, ARGV[2] TTL in milliseconds, ARGV[3] '1' to take fences,
+-- ARGV[4] '1' to try the keys as free first (a first attempt; a poll of a
+-- batch known to be busy reads first and writes nothing while it is busy).
 -- Returns {0, i...} with the (1-based) indices of keys another token holds;
 -- else {1, fence...} when this call set the keys, {2, fence...} when every
 -- key already held this token (a re-sent attempt; a key may hold it with
@@ -8,34 +10,54 @@
 local fencing = ARGV[3] == '1'
 local n = #KEYS
 if fencing then n = n / 2 end
+local function fences(out, resent)
+  if fencing then
+    for i = 1, n do
+      if resent then
+        out[#out + 1] = tonumber(redis.call('GET', KEYS[n + i]) or '0')
+      else
+        out[#out + 1] = redis.call('INCR', KEYS[n + i])
+      end
+    end
+  end
+  return out
+end
+-- Fast path, the free batch: one SET NX PX per key and nothing else (every
+-- redis.call costs; this path is what a batch costs over a single lock).
+-- At the first key that is not free, undo the keys set so far (they were
+-- free: nothing ran between) and decide on the slow path below.
+if ARGV[4] == '1' then
+  local i = 1
+  while i <= n and redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2], 'NX') do
+    i = i + 1
+  end
+  if i > n then
+    return fences({1}, false)
+  end
+  if i > 1 then
+    redis.call('DEL', unpack(KEYS, 1, i - 1))
+  end
+end
 local marked = ARGV[1] .. '\30'
 local cur = redis.call('MGET', unpack(KEYS, 1, n))
 local held, mine, vals = {}, 0, {}
-for i = 1, n do
-  local v = cur[i]
+for j = 1, n do
+  local v = cur[j]
   if v == ARGV[1] or v == marked then
     mine = mine + 1
-    vals[i] = v -- kept as it is: the queued mark of release.lua stays
+    vals[j] = v -- kept as it is: the queued mark of release.lua stays
   elseif v then
-    held[#held + 1] = i
+    held[#held + 1] = j
   end
 end
 if #held > 0 then
   table.insert(held, 1, 0)
   return held
 end
-local out = {1}
-if mine == n then out[1] = 2 end
-for i = 1, n do
-  redis.call('SET', KEYS[i], vals[i] or ARGV[1], 'PX', ARGV[2])
+for j = 1, n do
+  redis.call('SET', KEYS[j], vals[j] or ARGV[1], 'PX', ARGV[2])
 end
-if fencing then
-  for i = 1, n do
-    if mine == n then
-      out[#out + 1] = tonumber(redis.call('GET', KEYS[n + i]) or '0')
-    else
-      out[#out + 1] = redis.call('INCR', KEYS[n + i])
-    end
-  end
+if mine == n then
+  return fences({2}, true)
 end
-return out
+return fences({1}, false)
