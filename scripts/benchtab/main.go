@@ -6,8 +6,9 @@
 //
 // A benchmark name's last element is the implementation (floor,
 // floor-autopipeline, shardlock, ...); rows group the names that share the
-// rest. Each row shows every implementation's median ops/s, B/op and
-// allocs/op, and the ratio of shardlock's ops/s to each floor.
+// rest. Each row shows every implementation's median ops/s, ns/op, B/op
+// and allocs/op, and the ratio of shardlock's ops/s to each floor (of its
+// ns/op, for benchmarks that report no ops/s).
 package main
 
 import (
@@ -89,18 +90,24 @@ func run(in io.Reader, out io.Writer, impl string) error {
 		rows[len(rows)-1].impls = append(rows[len(rows)-1].impls, im)
 	}
 	for _, r := range rows {
+		// Rows whose benchmarks report ops/s compare throughput; the
+		// others (latency benchmarks) compare ns/op.
+		unit := "ops/s"
+		if median(r.group+"/"+impl, unit) == 0 {
+			unit = "ns/op"
+		}
 		fmt.Fprintf(out, "\n%s (median of %d runs)\n\n", strings.TrimPrefix(r.group, "Benchmark"), len(samples[r.group+"/"+r.impls[0]]))
-		fmt.Fprintln(out, "| implementation | ops/s | B/op | allocs/op | "+impl+" ÷ this |")
-		fmt.Fprintln(out, "|---|---:|---:|---:|---:|")
-		mine := median(r.group+"/"+impl, "ops/s")
+		fmt.Fprintln(out, "| implementation | ops/s | ns/op | B/op | allocs/op | "+impl+" ÷ this ("+unit+") |")
+		fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|")
+		mine := median(r.group+"/"+impl, unit)
 		for _, im := range r.impls {
 			n := r.group + "/" + im
-			ops := median(n, "ops/s")
+			v := median(n, unit)
 			ratio := "-"
-			if im != impl && ops > 0 {
-				ratio = fmt.Sprintf("%.2fx", mine/ops)
+			if im != impl && v > 0 && mine > 0 {
+				ratio = fmt.Sprintf("%.2fx", mine/v)
 			}
-			fmt.Fprintf(out, "| %s | %.0f | %.0f | %.0f | %s |\n", im, ops, median(n, "B/op"), median(n, "allocs/op"), ratio)
+			fmt.Fprintf(out, "| %s | %.0f | %.0f | %.0f | %.0f | %s |\n", im, median(n, "ops/s"), median(n, "ns/op"), median(n, "B/op"), median(n, "allocs/op"), ratio)
 		}
 	}
 	return nil
