@@ -108,7 +108,9 @@ func (m *Manager) TryAcquireBatch(ctx context.Context, resources []string, opts 
 	return m.acquireBatch(ctx, resources, opts, false)
 }
 
-// AcquireBatch is TryAcquireBatch that waits as Acquire does.
+// AcquireBatch is TryAcquireBatch that waits as Acquire does, but without
+// queueing: it marks the keys others hold and tries again when a release
+// announces one free, or on the retry strategy's timer (WithNotifications).
 func (m *Manager) AcquireBatch(ctx context.Context, resources []string, opts ...AcquireOption) (*Lock, error) {
 	return m.acquireBatch(ctx, resources, opts, true)
 }
@@ -159,20 +161,22 @@ func batchScriptKeys(b *batchInfo, fencing bool) ([]string, string) {
 	return keys, "1"
 }
 
-// batchFirstTry is acquire_batch.lua's ARGV[4]: "1" on a first attempt,
-// which tries the keys as free before it reads them (the cheapest script
-// when the batch is free), "0" on a poll of a batch seen busy.
-func batchFirstTry(first bool) string {
-	if first {
+// luaFlag is a script's boolean argument: "1" or "0".
+func luaFlag(on bool) string {
+	if on {
 		return "1"
 	}
 	return "0"
 }
 
-// attemptBatch makes one batch acquire round trip.
-func (m *Manager) attemptBatch(ctx context.Context, b *batchInfo, token string, ac *acquireConfig, first bool) (status int, fences []uint64, held []int, replicas int, err error) {
+// attemptBatch makes one batch acquire round trip; a waiter (mark) marks
+// the keys others hold, so that their release announces them free.
+func (m *Manager) attemptBatch(ctx context.Context, b *batchInfo, token string, ac *acquireConfig, first, mark bool) (status int, fences []uint64, held []int, replicas int, err error) {
 	keys, fencing := batchScriptKeys(b, ac.fencing)
-	try := batchFirstTry(first)
+	// A first attempt tries the keys as free before it reads them (the
+	// cheapest script when the batch is free); a poll of a batch seen busy
+	// reads first.
+	try, marks := luaFlag(first), luaFlag(mark)
 	var res []any
 	if m.cfg.replicas > 0 {
 		// The write and WAIT share one connection to the owning master.
@@ -181,7 +185,7 @@ func (m *Manager) attemptBatch(ctx context.Context, b *batchInfo, token string, 
 			return 0, nil, nil, 0, err
 		}
 		pipe := node.Pipeline()
-		acq := scripts.AcquireBatch.Eval(ctx, pipe, keys, token, ac.ttlMs, fencing, try)
+		acq := scripts.AcquireBatch.Eval(ctx, pipe, keys, token, ac.ttlMs, fencing, try, marks)
 		waitc := pipe.Do(ctx, "wait", m.cfg.replicas, m.cfg.replicaTimeout.Milliseconds())
 		_, _ = pipe.Exec(ctx)
 		if res, err = acq.Slice(); err != nil {
@@ -189,7 +193,7 @@ func (m *Manager) attemptBatch(ctx context.Context, b *batchInfo, token string, 
 		}
 		n, _ := waitc.Int64() // a failed WAIT counts as no replica
 		replicas = int(n)
-	} else if res, err = scripts.AcquireBatch.Run(ctx, m.cmd, keys, token, ac.ttlMs, fencing, try).Slice(); err != nil {
+	} else if res, err = scripts.AcquireBatch.Run(ctx, m.cmd, keys, token, ac.ttlMs, fencing, try, marks).Slice(); err != nil {
 		return 0, nil, nil, 0, err
 	}
 	status, fences, held, err = parseBatchReply(res, ac.fencing)

@@ -1,6 +1,7 @@
 package manager_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -271,4 +272,109 @@ func TestRealBatchFirstAttempt(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// shardSubscribers returns how many clients are subscribed to the channel
+// of the lock at key, on the master serving it.
+func shardSubscribers(t *testing.T, c redis.UniversalClient, key string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	var node interface {
+		Do(context.Context, ...any) *redis.Cmd
+	} = c
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		n, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		node = n
+	}
+	res, err := node.Do(ctx, "pubsub", "shardnumsub", sharding.ChannelName(key)).Slice()
+	if err != nil || len(res) != 2 {
+		t.Fatalf("PUBSUB SHARDNUMSUB: %v %v", res, err)
+	}
+	n, _ := res[1].(int64)
+	return n
+}
+
+// A waiting batch marks the keys others hold and is woken by their
+// release, well before its 5 s re-check: the release of a single lock
+// (release.lua), of a batch (release_batch.lua), and of both, one after the
+// other. The holders' locks work as before while marked.
+func TestRealBatchWaiterWokenByRelease(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, c redis.UniversalClient) {
+		for _, held := range []string{"single", "batch", "single+batch"} {
+			t.Run(held, func(t *testing.T) { testBatchWaiterWoken(t, c, strings.Split(held, "+")) })
+		}
+	})
+}
+
+func testBatchWaiterWoken(t *testing.T, c redis.UniversalClient, held []string) {
+	ctx := ctxT(t)
+	res := group(t, testenv.Unique("wake"), "a", "b", "c", "d")
+	holders := newManager(t, c)
+	waiter := newManager(t, c, slowRecheck)
+	var locks []*manager.Lock
+	for _, h := range held {
+		var l *manager.Lock
+		var err error
+		if h == "single" {
+			l, err = holders.TryAcquire(ctx, res[1])
+		} else {
+			l, err = holders.TryAcquireBatch(ctx, res[2:])
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks = append(locks, l)
+	}
+	type result struct {
+		l    *manager.Lock
+		err  error
+		when time.Time
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := waiter.AcquireBatch(ctx, res)
+		got <- result{l, err, time.Now()}
+	}()
+	for _, l := range locks {
+		for _, k := range l.Keys() {
+			eventually(t, 5*time.Second, "waiter watching "+k, func() bool {
+				return shardSubscribers(t, c, k) >= 1 && strings.HasSuffix(c.Get(ctx, k).Val(), manager.QueuedMark)
+			})
+		}
+		// The holder's lock, marked, renews and reports its TTL.
+		if err := l.Extend(ctx, 20*time.Second); err != nil {
+			t.Fatalf("extend while marked: %v", err)
+		}
+		if ttl, err := l.TTL(ctx); err != nil || ttl <= 10*time.Second {
+			t.Fatalf("TTL while marked: %v %v", ttl, err)
+		}
+	}
+	var released time.Time
+	for i, l := range locks {
+		if i == len(locks)-1 {
+			released = time.Now()
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	// The re-check is 5 s away: well under it means the release woke it.
+	if waited := r.when.Sub(released); waited > 2*time.Second {
+		t.Fatalf("acquired %v after the last release: it re-checked instead of being woken", waited)
+	}
+	for _, k := range r.l.Keys() {
+		if v := c.Get(ctx, k).Val(); v != r.l.Token() {
+			t.Fatalf("%s holds %q", k, v)
+		}
+	}
+	if err := r.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -285,7 +286,18 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 		fw       *fairWaiter // this waiter in the fair queue, once its turn came
 		granted  *grantMsg   // a hand-over received, to be taken up
 		skipOnce bool        // a local holder's release will queue us: no attempt now
+		// A waiting batch marks the keys others hold and wakes when one
+		// is announced free (same conditions as the fair queue).
+		batchWatch = wait && tg.batch != nil && m.notify != nil && m.cfg.replicas == 0
+		wake       chan struct{} // signalled when a watched key is freed
+		watched    []string      // the batch keys whose channels this waiter watches
+		unwatches  []func()
 	)
+	defer func() {
+		for _, unwatch := range unwatches {
+			unwatch()
+		}
+	}()
 	defer func() {
 		if timer != nil {
 			timer.Stop()
@@ -347,7 +359,7 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 			firstTry := attempt == 1 || (attempt == 2 && queueFirst)
 			status, fence, replicas, err = m.attempt(ctx, tg.key, token, tokenArg, ac, firstTry, fair)
 		default:
-			status, fences, held, replicas, err = m.attemptBatch(ctx, tg.batch, token, ac, attempt == 1)
+			status, fences, held, replicas, err = m.attemptBatch(ctx, tg.batch, token, ac, attempt == 1, batchWatch)
 		}
 		switch {
 		case err != nil:
@@ -460,7 +472,30 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 			}
 			continue
 		}
-		if m.notify != nil {
+		if batchWatch {
+			// Watch the keys found held (now marked) before waiting; a key
+			// watched for the first time gets one more look at once, as
+			// it may have been freed before the subscription.
+			added := false
+			for _, i := range held {
+				if i < 1 || i > len(tg.batch.keys) || slices.Contains(watched, tg.batch.keys[i-1]) {
+					continue
+				}
+				if wake == nil {
+					wake = make(chan struct{}, 1)
+				}
+				k := tg.batch.keys[i-1]
+				watched = append(watched, k)
+				unwatches = append(unwatches, m.notify.watchFree(ctx, k, wake))
+				added = true
+			}
+			if added {
+				continue
+			}
+			for _, k := range watched {
+				m.notify.refresh(ctx, k)
+			}
+		} else if m.notify != nil {
 			m.notify.refresh(ctx, tg.key)
 		}
 		// The retry strategy counts the waits that ran their course; a
@@ -493,6 +528,7 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 			if !g.retry {
 				granted = &g
 			}
+		case <-wake: // a watched batch key was freed
 		}
 		if m.closed.Load() {
 			return fail(ErrClosed)

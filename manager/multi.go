@@ -262,7 +262,7 @@ func (m *Manager) tryGroups(ctx context.Context, groups []*batchInfo, opts []Acq
 		m.resolveClass(&ac, b.resources[0])
 		atts[i] = attempt{b: b, ac: ac, token: newToken(m.cfg.owner, start)}
 		keys, fencing := batchScriptKeys(b, ac.fencing)
-		calls[i] = scriptCall{script: scripts.AcquireBatch, keys: keys, args: []any{atts[i].token, ac.ttlMs, fencing, batchFirstTry(true)}}
+		calls[i] = scriptCall{script: scripts.AcquireBatch, keys: keys, args: []any{atts[i].token, ac.ttlMs, fencing, luaFlag(true), luaFlag(false)}}
 	}
 	sentAt := time.Now()
 	runBatch(ctx, m.client, calls)

@@ -12,7 +12,8 @@ import (
 )
 
 // notifier delivers hand-over announcements (SPUBLISH on a lock's channel,
-// sent by the release scripts) to the waiters of this Manager. It keeps one
+// sent by the release scripts) to the waiters of this Manager, and the
+// announcements that a key waiters marked is free to its batch waiters. It keeps one
 // sharded pub/sub connection per node it needs, shared by every waiter, and
 // hands messages to the local queues (localQueues.announced). Delivery is at
 // most once and a slot that moves drops its subscribers, so waiters also
@@ -35,7 +36,12 @@ type nodeSub struct {
 type chanWaiters struct {
 	node     *nodeSub // nil while not subscribed
 	watchers int
+	wakers   map[chan struct{}]struct{} // batch waiters, woken when the key is announced free
 }
+
+// freePayload is what the release scripts publish when a key that waiters
+// marked was deleted with nobody handed it (announce_free, handover.lua).
+const freePayload = "free"
 
 func newNotifier(m *Manager) *notifier {
 	return &notifier{m: m, nodes: map[string]*nodeSub{}, chans: map[string]*chanWaiters{}}
@@ -97,6 +103,43 @@ func (n *notifier) subscribeLocked(ctx context.Context, key, ch string) *nodeSub
 	return ns
 }
 
+// watchFree is watch for a batch waiter: it also signals wake (without
+// blocking; give it a buffer of one) each time the key is announced free.
+func (n *notifier) watchFree(ctx context.Context, key string, wake chan struct{}) (unwatch func()) {
+	stop := n.watch(ctx, key)
+	ch := sharding.ChannelName(key)
+	n.mu.Lock()
+	if cw := n.chans[ch]; cw != nil {
+		if cw.wakers == nil {
+			cw.wakers = map[chan struct{}]struct{}{}
+		}
+		cw.wakers[wake] = struct{}{}
+	}
+	n.mu.Unlock()
+	return func() {
+		n.mu.Lock()
+		if cw := n.chans[ch]; cw != nil {
+			delete(cw.wakers, wake)
+		}
+		n.mu.Unlock()
+		stop()
+	}
+}
+
+// wakeFree signals the batch waiters of channel ch.
+func (n *notifier) wakeFree(ch string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if cw := n.chans[ch]; cw != nil {
+		for w := range cw.wakers {
+			select {
+			case w <- struct{}{}:
+			default: // already signalled
+			}
+		}
+	}
+}
+
 func (n *notifier) unwatch(ch string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -124,7 +167,11 @@ func (n *notifier) deliver(ns *nodeSub, msgs <-chan any) {
 		dropped := false
 		switch v := msg.(type) {
 		case *redis.Message:
-			n.m.queues.announced(channelKey(v.Channel), v.Payload)
+			if v.Payload == freePayload {
+				n.wakeFree(v.Channel)
+			} else {
+				n.m.queues.announced(channelKey(v.Channel), v.Payload)
+			}
 			continue
 		case *redis.Subscription:
 			if v.Kind != "sunsubscribe" {

@@ -177,9 +177,12 @@ func WithTraceID(f func(context.Context) string) Option {
 // the first queued waiter and announces it, so the waiter holds the lock
 // when it hears. Announcements can be lost and an expiring key announces
 // nothing, so queued waiters also re-check, on the retry strategy's timer
-// but at most every 100 ms. Off, waiters only poll, and never get a lock
-// that queued waiters are owed. Batch and multi-slot acquires, and acquires
-// under WithReplicaAck, always poll.
+// but at most every 100 ms. A waiting batch (AcquireBatch, and the busy
+// groups of AcquireMulti) does not queue: it marks the keys others hold,
+// listens on their channels, and tries again when a release announces one
+// of them free, else on the retry strategy's timer. Off, waiters only
+// poll, and never get a lock that queued waiters are owed. Acquires under
+// WithReplicaAck always poll.
 func WithNotifications(on bool) Option { return optionFunc(func(c *config) { c.notifications = on }) }
 
 // WithMaxLocalWaiters caps the Acquire calls of this Manager waiting for

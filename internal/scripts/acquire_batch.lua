@@ -2,7 +2,9 @@
 -- KEYS[1..n] lock keys; with fencing, KEYS[n+1..2n] their fence counters.
 -- ARGV[1] token, ARGV[2] TTL in milliseconds, ARGV[3] '1' to take fences,
 -- ARGV[4] '1' to try the keys as free first (a first attempt; a poll of a
--- batch known to be busy reads first and writes nothing while it is busy).
+-- batch known to be busy reads first and writes nothing while it is busy),
+-- ARGV[5] '1' for a waiter: the keys others hold get release.lua's queued
+-- mark "\30" (TTL kept), so that their release announces them free.
 -- Returns {0, i...} with the (1-based) indices of keys another token holds;
 -- else {1, fence...} when this call set the keys, {2, fence...} when every
 -- key already held this token (a re-sent attempt; a key may hold it with
@@ -51,6 +53,14 @@ for j = 1, n do
   end
 end
 if #held > 0 then
+  if ARGV[5] == '1' then
+    for _, j in ipairs(held) do
+      local v = cur[j]
+      if string.byte(v, -1) ~= 30 then
+        redis.call('SET', KEYS[j], v .. '\30', 'KEEPTTL')
+      end
+    end
+  end
   table.insert(held, 1, 0)
   return held
 end

@@ -67,3 +67,10 @@ local function hand_over(k)
   return false
 end
 
+-- announce_free announces on "<k>:released" that key k was deleted with
+-- nobody handed it: the message batch waiters wait for (they mark the keys
+-- they wait for, and a marked key's release comes here). A queued waiter's
+-- announcement is never "free": it always carries a digest and a fence.
+local function announce_free(k)
+  redis.pcall('SPUBLISH', k .. ':released', 'free')
+end

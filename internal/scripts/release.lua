@@ -11,6 +11,9 @@
 -- queued, and its release is a plain compare-and-delete: the uncontended
 -- path pays nothing for the queue.
 --
+-- A marked key that nobody is handed is deleted and announced free
+-- (announce_free, for batch waiters, which mark the keys they wait for).
+--
 -- Returns 1 when the key held the token and was deleted, 0 when the key is
 -- gone (expired), -1 when another token holds it, 2 when the key was handed
 -- to a queued waiter (ARGV[2], if given, queued behind it), and {3, fence}
@@ -40,4 +43,5 @@ if nxt ~= '' then
   if tok then return {3, fence} end
 end
 redis.call('DEL', k)
+announce_free(k)
 return 1
