@@ -328,15 +328,10 @@ func testBatchWaiterWoken(t *testing.T, c redis.UniversalClient, held []string) 
 		}
 		locks = append(locks, l)
 	}
-	type result struct {
-		l    *manager.Lock
-		err  error
-		when time.Time
-	}
-	got := make(chan result, 1)
+	got := make(chan acquired, 1)
 	go func() {
 		l, err := waiter.AcquireBatch(ctx, res)
-		got <- result{l, err, time.Now()}
+		got <- acquired{l: l, err: err, when: time.Now()}
 	}()
 	for _, l := range locks {
 		for _, k := range l.Keys() {
