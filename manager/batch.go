@@ -151,22 +151,14 @@ func (m *Manager) acquireBatch(ctx context.Context, resources []string, opts []A
 // acquire_batch.lua for b.
 func batchScriptKeys(b *batchInfo, fencing bool) ([]string, string) {
 	if !fencing {
-		return b.keys, "0"
+		return b.keys, luaFlag(false)
 	}
 	keys := make([]string, 0, 2*len(b.keys))
 	keys = append(keys, b.keys...)
 	for _, k := range b.keys {
 		keys = append(keys, sharding.FenceKey(k))
 	}
-	return keys, "1"
-}
-
-// luaFlag is a script's boolean argument: "1" or "0".
-func luaFlag(on bool) string {
-	if on {
-		return "1"
-	}
-	return "0"
+	return keys, luaFlag(true)
 }
 
 // attemptBatch makes one batch acquire round trip; a waiter (mark) marks

@@ -69,11 +69,7 @@ func newFairWaiter(token string, ac *acquireConfig, deadline time.Time) *fairWai
 
 // entryFor formats w's queue entry (see release.lua).
 func (w *fairWaiter) makeEntry() string {
-	f := "0"
-	if w.fencing {
-		f = "1"
-	}
-	return strconv.FormatInt(w.deadline.UnixMilli(), 10) + ":" + strconv.FormatInt(w.ttl.Milliseconds(), 10) + ":" + f + ":" + w.token
+	return strconv.FormatInt(w.deadline.UnixMilli(), 10) + ":" + strconv.FormatInt(w.ttl.Milliseconds(), 10) + ":" + luaFlag(w.fencing) + ":" + w.token
 }
 
 // send delivers g without blocking (the channel holds one message; a newer
@@ -311,15 +307,8 @@ func channelKey(ch string) string { return strings.TrimSuffix(ch, sharding.Chann
 // queue w's entry (or, on a re-check, make sure it is queued).
 func (m *Manager) attemptQueued(ctx context.Context, key string, w *fairWaiter, ac *acquireConfig) (status int, fence uint64, err error) {
 	entry, recheck := m.queues.markQueued(w, time.Now())
-	fencing, re := "0", "0"
-	if ac.fencing {
-		fencing = "1"
-	}
-	if recheck {
-		re = "1"
-	}
 	res, err := scripts.AcquireQueue.Run(ctx, m.cmd, []string{key, sharding.QueueKey(key), sharding.FenceKey(key)},
-		w.token, ac.ttlMs, fencing, entry, re).Slice()
+		w.token, ac.ttlMs, luaFlag(ac.fencing), entry, luaFlag(recheck)).Slice()
 	status, fence, err = parseFenced(res, err)
 	if err != nil && !isAmbiguous(err) && !recheck {
 		// Not queued: the next attempt queues it.

@@ -419,11 +419,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		if h.w == nil {
 			res, err = scripts.Release.Run(ctx, m.cmd, l.keys[:], l.args[:]...).Result()
 		} else {
-			local := "0"
-			if h.local {
-				local = "1"
-			}
-			res, err = scripts.Release.Run(ctx, m.cmd, l.keys[:], l.token, h.entry, local).Result()
+			res, err = scripts.Release.Run(ctx, m.cmd, l.keys[:], l.token, h.entry, luaFlag(h.local)).Result()
 		}
 		code, fence, err := parseRelease(res, err)
 		if err != nil {

@@ -12,10 +12,10 @@ import (
 )
 
 // notifier delivers hand-over announcements (SPUBLISH on a lock's channel,
-// sent by the release scripts) to the waiters of this Manager, and the
-// announcements that a key waiters marked is free to its batch waiters. It keeps one
-// sharded pub/sub connection per node it needs, shared by every waiter, and
-// hands messages to the local queues (localQueues.announced). Delivery is at
+// sent by the release scripts) to the waiters of this Manager: to the local
+// queues (localQueues.announced), or, when a marked key was freed, to the
+// batch waiters watching it (wakeFree). It keeps one sharded pub/sub
+// connection per node it needs, shared by every waiter. Delivery is at
 // most once and a slot that moves drops its subscribers, so waiters also
 // re-check on a timer.
 type notifier struct {

@@ -21,6 +21,14 @@ import (
 // pub/sub and the cluster behaviour we test against.
 const minServer = "7.0.0"
 
+// luaFlag is a script's boolean argument: "1" or "0".
+func luaFlag(on bool) string {
+	if on {
+		return "1"
+	}
+	return "0"
+}
+
 // isReply reports whether err is an error reply from Redis: the server saw
 // the command, so nothing about it is ambiguous.
 func isReply(err error) bool {
