@@ -116,6 +116,9 @@ func (m *Manager) AcquireBatch(ctx context.Context, resources []string, opts ...
 }
 
 func (m *Manager) acquireBatch(ctx context.Context, resources []string, opts []AcquireOption, wait bool) (*Lock, error) {
+	if err := m.usable(); err != nil {
+		return nil, err
+	}
 	if len(resources) == 0 || len(resources) > MaxBatch {
 		return nil, invalid("batch", "%d resources, want 1 to %d", len(resources), MaxBatch)
 	}
@@ -125,17 +128,13 @@ func (m *Manager) acquireBatch(ctx context.Context, resources []string, opts []A
 	}
 	b := &batchInfo{resources: append([]string(nil), resources...), keys: make([]string, len(resources))}
 	slots := make(map[string]int, len(resources))
-	seen := make(map[string]bool, len(resources))
+	seen := make(map[string]string, len(resources)) // key -> resource
 	for i, r := range resources {
-		if seen[r] {
-			return nil, invalid("batch", "resource %q appears twice", r)
+		if b.keys[i], err = m.lockKey(r); err != nil {
+			return nil, err
 		}
-		seen[r] = true
-		if len(r) > MaxResourceLen {
-			return nil, invalid("resource", "%d bytes, more than %d", len(r), MaxResourceLen)
-		}
-		if b.keys[i], err = sharding.LockKey(m.cfg.prefix, r); err != nil {
-			return nil, invalid("resource", "%q: %v", r, err)
+		if err := checkDuplicate(seen, b.keys[i], r); err != nil {
+			return nil, err
 		}
 		slots[r] = sharding.Slot(b.keys[i])
 	}
@@ -145,6 +144,19 @@ func (m *Manager) acquireBatch(ctx context.Context, resources []string, opts []A
 		}
 	}
 	return m.acquireMeasured(ctx, target{resource: resources[0], key: key0, batch: b}, &ac, wait)
+}
+
+// checkDuplicate records that resource r names key, and rejects a second
+// resource that names a key already seen ("x" and "{x}" are one lock).
+func checkDuplicate(seen map[string]string, key, r string) error {
+	if first, ok := seen[key]; ok {
+		if first == r {
+			return invalid("resources", "resource %q appears twice", r)
+		}
+		return invalid("resources", "resources %q and %q name the same lock %q", first, r, key)
+	}
+	seen[key] = r
+	return nil
 }
 
 // batchScriptKeys returns the keys and the fencing argument of

@@ -27,7 +27,8 @@ var (
 	ErrReleased = errors.New("shardlock: lock released")
 	// ErrClosed: the Manager was closed.
 	ErrClosed = errors.New("shardlock: manager closed")
-	// ErrNilLock: a method was called on a nil *Lock.
+	// ErrNilLock: a method was called on a nil *Lock, or on a zero Lock not
+	// made by a Manager.
 	ErrNilLock = errors.New("shardlock: nil lock")
 	// ErrInvalidArgument is matched by every *InvalidArgumentError.
 	ErrInvalidArgument = errors.New("shardlock: invalid argument")

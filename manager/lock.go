@@ -22,9 +22,10 @@ const (
 )
 
 // Lock is a held lock, returned by the Manager. Its methods are safe for
-// concurrent use; on a nil *Lock they return ErrNilLock (or zero values)
-// instead of panicking, so `defer lock.Release(ctx)` after a failed acquire
-// is harmless.
+// concurrent use; on a nil *Lock, or a zero Lock not made by a Manager,
+// they return ErrNilLock (or zero values, and a closed Done) instead of
+// panicking, so `defer lock.Release(ctx)` after a failed acquire is
+// harmless.
 type Lock struct {
 	m          *Manager
 	resource   string
@@ -64,6 +65,9 @@ type Lock struct {
 	slack time.Duration // how early a renewal may go, to share a pipeline
 	idx   int
 }
+
+// zero reports whether l is nil or a Lock not made by a Manager.
+func (l *Lock) zero() bool { return l == nil || l.m == nil }
 
 // lockSignals are the channels a holder may wait on.
 type lockSignals struct {
@@ -155,7 +159,7 @@ func (l *Lock) Replicas() int {
 
 // Done returns a channel closed when the lock is released or lost.
 func (l *Lock) Done() <-chan struct{} {
-	if l == nil {
+	if l.zero() {
 		return closedChan
 	}
 	l.mu.Lock()
@@ -177,7 +181,7 @@ var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); retu
 // ErrMaxHoldExceeded) or is released (cause ErrReleased). Run the work the
 // lock protects under it.
 func (l *Lock) Context() context.Context {
-	if l == nil {
+	if l.zero() {
 		ctx, cancel := context.WithCancelCause(context.Background())
 		cancel(ErrNilLock)
 		return ctx
@@ -216,7 +220,7 @@ func (l *Lock) endLocked(cause error, finish bool) {
 // ErrExpired or ErrMaxHoldExceeded) when it was lost; the release's error
 // when a release failed.
 func (l *Lock) Err() error {
-	if l == nil {
+	if l.zero() {
 		return ErrNilLock
 	}
 	l.mu.Lock()
@@ -359,7 +363,7 @@ func (l *Lock) finishRelease(result error) {
 // lock's TTL would end. A second Release makes no round trip and returns
 // the first result.
 func (l *Lock) Release(ctx context.Context) error {
-	if l == nil {
+	if l.zero() {
 		return ErrNilLock
 	}
 	if ctx == nil {
@@ -457,7 +461,7 @@ func (l *Lock) Release(ctx context.Context) error {
 // matching ErrLockLost or ErrReleased when the lock is no longer held.
 // Transient errors are retried while ctx lasts and the lock is valid.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
-	if l == nil {
+	if l.zero() {
 		return ErrNilLock
 	}
 	if ctx == nil {
@@ -592,7 +596,7 @@ func (l *Lock) nextDueLocked() mono {
 // or ErrNotHeld (and the lock is lost) when the key is gone or owned by
 // someone else.
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
-	if l == nil {
+	if l.zero() {
 		return 0, ErrNilLock
 	}
 	if ctx == nil {

@@ -99,14 +99,20 @@ func New(client Client, opts ...Option) (*Manager, error) {
 	return m, nil
 }
 
-func isNilClient(c Client) bool {
-	switch v := c.(type) {
-	case *redis.Client:
-		return v == nil
-	case *redis.ClusterClient:
-		return v == nil
+// isNilClient reports whether c is a nil pointer of any client type
+// (*redis.Client, *redis.Ring, *redis.AutoPipeliner, ...).
+func isNilClient(c Client) bool { return isNil(c) }
+
+// errNoManager is what a method of a nil *Manager, or of a Manager not made
+// by New, returns.
+var errNoManager = invalid("manager", "nil or not made by New")
+
+// usable returns errNoManager for a nil or zero Manager, else nil.
+func (m *Manager) usable() error {
+	if m == nil || m.sched == nil {
+		return errNoManager
 	}
-	return false
+	return nil
 }
 
 // TryAcquire makes one attempt to take the lock on resource.
@@ -142,6 +148,9 @@ const (
 )
 
 func (m *Manager) acquire(ctx context.Context, resource string, opts []AcquireOption, wait bool) (*Lock, error) {
+	if err := m.usable(); err != nil {
+		return nil, err
+	}
 	ac, key, err := m.acquireConfig(resource, opts)
 	if err != nil {
 		m.mx.Class(metrics.ClassDefault).AcquireFailed(0, metrics.ReasonInvalid)
@@ -668,6 +677,9 @@ func parseFenced(res []any, err error) (int, uint64, error) {
 // ends), releases the lock and returns fn's error. If the lock was lost
 // meanwhile, the error also matches ErrLockLost.
 func (m *Manager) Do(ctx context.Context, resource string, fn func(ctx context.Context) error, opts ...AcquireOption) error {
+	if err := m.usable(); err != nil {
+		return err
+	}
 	if fn == nil {
 		return invalid("fn", "nil")
 	}
@@ -699,6 +711,12 @@ func (m *Manager) Do(ctx context.Context, resource string, fn func(ctx context.C
 // the Manager's goroutine. Calls made after Close return ErrClosed; a second
 // Close returns ErrClosed.
 func (m *Manager) Close(ctx context.Context) error {
+	if err := m.usable(); err != nil {
+		return err
+	}
+	if ctx == nil {
+		return invalid("context", "nil")
+	}
 	err := ErrClosed
 	m.closeOnce.Do(func() {
 		m.closed.Store(true)

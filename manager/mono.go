@@ -1,6 +1,9 @@
 package manager
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // mono is a reading of this process's monotonic clock, in nanoseconds since
 // epoch. Locks keep their deadlines as mono (8 bytes) rather than time.Time
@@ -14,8 +17,20 @@ func monoNow() mono { return mono(time.Since(epoch)) }
 // monoOf converts t, which must carry a monotonic reading (any time.Now()).
 func monoOf(t time.Time) mono { return mono(t.Sub(epoch)) }
 
-func (m mono) Time() time.Time          { return epoch.Add(time.Duration(m)) }
-func (m mono) Add(d time.Duration) mono { return m + mono(d) }
+func (m mono) Time() time.Time { return epoch.Add(time.Duration(m)) }
+
+// Add saturates: a duration past the end of time (a max hold of
+// math.MaxInt64, say) stays at the end of time instead of wrapping.
+func (m mono) Add(d time.Duration) mono {
+	s := m + mono(d)
+	switch {
+	case d > 0 && s < m:
+		return math.MaxInt64
+	case d < 0 && s > m:
+		return math.MinInt64
+	}
+	return s
+}
 func (m mono) Before(o mono) bool       { return m < o }
 func (m mono) After(o mono) bool        { return m > o }
 func (m mono) IsZero() bool             { return m == 0 }

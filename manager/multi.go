@@ -84,7 +84,7 @@ func (ml *MultiLock) Release(ctx context.Context) error {
 		return invalid("context", "nil")
 	}
 	if len(ml.parts) == 0 {
-		return nil
+		return nil // a zero MultiLock holds nothing
 	}
 	var validUntil time.Time
 	for _, l := range ml.parts {
@@ -143,6 +143,9 @@ func (m *Manager) TryAcquireMulti(ctx context.Context, resources []string, opts 
 }
 
 func (m *Manager) acquireMulti(ctx context.Context, resources []string, opts []AcquireOption, wait bool) (*MultiLock, error) {
+	if err := m.usable(); err != nil {
+		return nil, err
+	}
 	if len(resources) == 0 || len(resources) > MaxBatch {
 		return nil, invalid("resources", "%d resources, want 1 to %d", len(resources), MaxBatch)
 	}
@@ -151,18 +154,14 @@ func (m *Manager) acquireMulti(ctx context.Context, resources []string, opts []A
 		slot          int
 	}
 	items := make([]item, 0, len(resources))
-	seen := make(map[string]bool, len(resources))
+	seen := make(map[string]string, len(resources)) // key -> resource
 	for _, r := range resources {
-		if seen[r] {
-			return nil, invalid("resources", "resource %q appears twice", r)
-		}
-		seen[r] = true
-		if len(r) > MaxResourceLen {
-			return nil, invalid("resource", "%d bytes, more than %d", len(r), MaxResourceLen)
-		}
-		key, err := sharding.LockKey(m.cfg.prefix, r)
+		key, err := m.lockKey(r)
 		if err != nil {
-			return nil, invalid("resource", "%q: %v", r, err)
+			return nil, err
+		}
+		if err := checkDuplicate(seen, key, r); err != nil {
+			return nil, err
 		}
 		items = append(items, item{r, key, sharding.Slot(key)})
 	}
@@ -188,8 +187,11 @@ func (m *Manager) acquireMulti(ctx context.Context, resources []string, opts []A
 	if ctx == nil {
 		return nil, invalid("context", "nil")
 	}
-	ctx, cancel := context.WithTimeout(ctx, ac.wait)
-	defer cancel()
+	if wait && ac.wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, ac.wait)
+		defer cancel()
+	}
 	ml := &MultiLock{}
 	next := 0
 	if m.cfg.replicas == 0 {

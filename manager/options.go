@@ -23,6 +23,8 @@ const (
 	MinTTL         = 10 * time.Millisecond
 	MaxTTL         = 24 * time.Hour
 	MaxWait        = 24 * time.Hour // the longest wait limit Acquire accepts
+	// MinRenewInterval is the shortest renew interval WithRenewInterval accepts.
+	MinRenewInterval = 5 * time.Millisecond
 )
 
 // Defaults.
@@ -119,15 +121,16 @@ func WithWait(d time.Duration) Option { return optionFunc(func(c *config) { c.wa
 // Context is cancelled when the TTL runs out.
 func WithWatchdog(on bool) Option { return optionFunc(func(c *config) { c.watchdog = on }) }
 
-// WithRenewInterval sets how often the watchdog renews a lock; it must be
-// below the TTL. The default (0) is TTL/3.
+// WithRenewInterval sets how often the watchdog renews a lock: at least
+// MinRenewInterval and below the TTL. The default (0) is TTL/3.
 func WithRenewInterval(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.renewInterval = d })
 }
 
 // WithMaxHold sets the default max hold: the watchdog stops renewing a lock
 // at that age and cancels its Context with ErrMaxHoldExceeded (the hard
-// fuse against a holder stuck forever). The default (0) is no limit.
+// fuse against a holder stuck forever). The default (0) is no limit; a max
+// hold beyond any reachable time (math.MaxInt64) is no limit either.
 func WithMaxHold(d time.Duration) Option { return optionFunc(func(c *config) { c.maxHold = d }) }
 
 // WithRenewClient sends the watchdog's renewals through a client of their
@@ -216,8 +219,8 @@ func (c *config) validate() error {
 	if c.logger == nil {
 		return invalid("logger", "nil")
 	}
-	if c.retry == nil {
-		return invalid("retry", "nil strategy")
+	if err := checkRetry(c.retry); err != nil {
+		return err
 	}
 	if err := checkWait(c.wait); err != nil {
 		return err
@@ -261,8 +264,8 @@ func checkWait(d time.Duration) error {
 }
 
 func checkRenew(interval, ttl time.Duration) error {
-	if interval < 0 || (interval > 0 && interval >= ttl) {
-		return invalid("renew interval", "%v must be positive and below the TTL %v", interval, ttl)
+	if interval < 0 || (interval > 0 && (interval < MinRenewInterval || interval >= ttl)) {
+		return invalid("renew interval", "%v must be at least %v and below the TTL %v", interval, MinRenewInterval, ttl)
 	}
 	return nil
 }
@@ -356,13 +359,22 @@ func (m *Manager) defaultAcquireConfig() acquireConfig {
 	return ac
 }
 
-func (m *Manager) acquireConfig(resource string, opts []AcquireOption) (acquireConfig, string, error) {
+// lockKey checks resource and returns its lock key.
+func (m *Manager) lockKey(resource string) (string, error) {
 	if len(resource) > MaxResourceLen {
-		return acquireConfig{}, "", invalid("resource", "%d bytes, more than %d", len(resource), MaxResourceLen)
+		return "", invalid("resource", "%d bytes, more than %d", len(resource), MaxResourceLen)
 	}
 	key, err := sharding.LockKey(m.cfg.prefix, resource)
 	if err != nil {
-		return acquireConfig{}, "", invalid("resource", "%q: %v", resource, err)
+		return "", invalid("resource", "%q: %v", resource, err)
+	}
+	return key, nil
+}
+
+func (m *Manager) acquireConfig(resource string, opts []AcquireOption) (acquireConfig, string, error) {
+	key, err := m.lockKey(resource)
+	if err != nil {
+		return acquireConfig{}, "", err
 	}
 	if len(opts) == 0 {
 		return m.defaultAC, key, nil // validated by New
@@ -384,8 +396,8 @@ func (m *Manager) acquireConfig(resource string, opts []AcquireOption) (acquireC
 	if err := checkWait(ac.wait); err != nil {
 		return ac, "", err
 	}
-	if ac.retry == nil {
-		return ac, "", invalid("retry", "nil strategy")
+	if err := checkRetry(ac.retry); err != nil {
+		return ac, "", err
 	}
 	if ac.maxHold < 0 {
 		return ac, "", invalid("max hold", "%v is negative", ac.maxHold)

@@ -1,7 +1,9 @@
 package manager
 
 import (
+	"math"
 	"math/rand/v2"
+	"reflect"
 	"time"
 )
 
@@ -28,13 +30,14 @@ func NoRetry() RetryStrategy {
 	return RetryFunc(func(int) time.Duration { return -1 })
 }
 
-// LinearBackoff waits d plus up to d/2 of random jitter between attempts.
+// LinearBackoff waits d plus up to d/2 of random jitter between attempts
+// (at most the longest time.Duration).
 func LinearBackoff(d time.Duration) RetryStrategy {
 	return RetryFunc(func(int) time.Duration {
 		if d <= 0 {
 			return 0
 		}
-		return d + rand.N(d/2+1)
+		return addSat(d, rand.N(d/2+1))
 	})
 }
 
@@ -51,22 +54,70 @@ func ExponentialBackoff(base, max time.Duration) RetryStrategy {
 			attempt = 1
 		}
 		if attempt <= 32 {
-			if c := base << (attempt - 1); c > 0 && c < max {
+			if c := base << (attempt - 1); c > 0 && c < max && c>>(attempt-1) == base {
 				ceil = c
 			}
 		}
-		return rand.N(ceil + 1)
+		return upTo(ceil)
 	})
 }
 
+// upTo returns a random duration in [0, d], d >= 0.
+func upTo(d time.Duration) time.Duration {
+	if d == math.MaxInt64 {
+		return rand.N(d) // [0, d): d+1 would overflow
+	}
+	return rand.N(d + 1)
+}
+
+// addSat adds two non-negative durations, saturating at the longest one.
+func addSat(a, b time.Duration) time.Duration {
+	if s := a + b; s >= a {
+		return s
+	}
+	return math.MaxInt64
+}
+
 // LimitRetry stops s after n attempts in all.
-func LimitRetry(s RetryStrategy, n int) RetryStrategy {
-	return RetryFunc(func(attempt int) time.Duration {
-		if attempt >= n {
-			return -1
-		}
-		return s.NextBackoff(attempt)
-	})
+func LimitRetry(s RetryStrategy, n int) RetryStrategy { return limitRetry{s: s, n: n} }
+
+type limitRetry struct {
+	s RetryStrategy
+	n int
+}
+
+func (r limitRetry) NextBackoff(attempt int) time.Duration {
+	if attempt >= r.n {
+		return -1
+	}
+	return r.s.NextBackoff(attempt)
+}
+
+func (r limitRetry) check() error { return checkRetry(r.s) }
+
+// checkRetry rejects a strategy that would panic when asked: nil, a typed
+// nil (a nil RetryFunc, a nil pointer), or a LimitRetry of one.
+func checkRetry(s RetryStrategy) error {
+	if isNil(s) {
+		return invalid("retry", "nil strategy")
+	}
+	if c, ok := s.(interface{ check() error }); ok {
+		return c.check()
+	}
+	return nil
+}
+
+// isNil reports whether x is nil or an interface holding a nil pointer,
+// function, map, slice or channel.
+func isNil(x any) bool {
+	if x == nil {
+		return true
+	}
+	switch v := reflect.ValueOf(x); v.Kind() {
+	case reflect.Pointer, reflect.Func, reflect.Map, reflect.Slice, reflect.Chan, reflect.Interface, reflect.UnsafePointer:
+		return v.IsNil()
+	}
+	return false
 }
 
 // DefaultRetry is Acquire's strategy unless told otherwise: exponential

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -14,15 +15,34 @@ import (
 // MaxStripes bounds the stripes of a striped lock and the permits of a pool.
 const MaxStripes = 1024
 
-func stripeName(resource string, n, i int) (string, error) {
+// stripeNames checks a striped resource (what names its n stripes or
+// permits: kind) and returns the name of each index in idx, or of all n
+// when idx is empty.
+func stripeNames(kind, resource string, n int, idx ...int) ([]string, error) {
 	if n < 1 || n > MaxStripes {
-		return "", invalid("stripes", "%d is outside [1, %d]", n, MaxStripes)
+		return nil, invalid(kind, "%d is outside [1, %d]", n, MaxStripes)
 	}
-	r, err := sharding.StripeResource(resource, n, i)
-	if err != nil {
-		return "", invalid("resource", "%q cannot be striped: it must be non-empty and carry no hash tag", resource)
+	// The longest name is "<resource>#<n-1>": the resource must leave room.
+	if most := MaxResourceLen - len("#") - len(strconv.Itoa(n-1)); len(resource) > most {
+		return nil, invalid("resource", "%d bytes, more than %d (a resource with %d %s)", len(resource), most, n, kind)
 	}
-	return r, nil
+	if resource == "" {
+		return nil, invalid("resource", "empty")
+	}
+	if _, ok := sharding.HashTag(resource); ok {
+		return nil, invalid("resource", "%q cannot have %s: it carries a hash tag of its own", resource, kind)
+	}
+	if len(idx) == 0 {
+		idx = make([]int, n)
+		for i := range idx {
+			idx[i] = i
+		}
+	}
+	names := make([]string, len(idx))
+	for k, i := range idx {
+		names[k], _ = sharding.StripeResource(resource, n, i) // checked above
+	}
+	return names, nil
 }
 
 // AcquireStripe takes, as Acquire does, the stripe of a hot resource that
@@ -35,11 +55,14 @@ func stripeName(resource string, n, i int) (string, error) {
 // It returns an *InvalidArgumentError for stripes outside [1, MaxStripes]
 // or a resource with a hash tag of its own, and otherwise what Acquire returns.
 func (m *Manager) AcquireStripe(ctx context.Context, resource string, stripes int, partition string, opts ...AcquireOption) (*Lock, error) {
-	name, err := stripeName(resource, stripes, sharding.StripeIndex(partition, stripes))
+	if err := m.usable(); err != nil {
+		return nil, err
+	}
+	names, err := stripeNames("stripes", resource, stripes, sharding.StripeIndex(partition, stripes))
 	if err != nil {
 		return nil, err
 	}
-	return m.Acquire(ctx, name, opts...)
+	return m.Acquire(ctx, names[0], opts...)
 }
 
 // AcquireAny takes any free one of permits locks on resource, an N-holder
@@ -54,14 +77,14 @@ func (m *Manager) AcquireStripe(ctx context.Context, resource string, stripes in
 // It returns an *InvalidArgumentError for permits outside [1, MaxStripes]
 // or a resource with a hash tag of its own, and otherwise what Acquire returns.
 func (m *Manager) AcquireAny(ctx context.Context, resource string, permits int, opts ...AcquireOption) (*Lock, error) {
-	if _, err := stripeName(resource, permits, 0); err != nil {
-		return nil, err // before any allocation sized by permits
+	if err := m.usable(); err != nil {
+		return nil, err
 	}
-	names := make([]string, permits)
-	for i := range permits {
-		names[i], _ = stripeName(resource, permits, i)
+	names, err := stripeNames("permits", resource, permits)
+	if err != nil {
+		return nil, err
 	}
-	ac, _, err := m.acquireConfig(names[0], opts)
+	ac, _, err := m.acquireConfig(names[len(names)-1], opts)
 	if err != nil {
 		return nil, err
 	}

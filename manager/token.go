@@ -81,22 +81,42 @@ func newToken(owner string, now time.Time) string {
 const QueuedMark = "\x1e"
 
 // ParseToken reads a token made by shardlock (the value stored at a lock
-// key, with or without QueuedMark). It returns ErrBadToken for anything
-// else. The exporter uses it to find locks held too long.
+// key, with or without one QueuedMark). It accepts exactly what shardlock
+// writes: the version, a decimal time without sign or leading zeros, 22
+// characters of canonical base64url, and an owner id as WithOwner accepts
+// it. It returns ErrBadToken for anything else. The exporter uses it to
+// find locks held too long.
 func ParseToken(s string) (TokenInfo, error) {
 	s = strings.TrimSuffix(s, QueuedMark)
 	parts := strings.SplitN(s, ".", 4)
-	if len(parts) != 4 || parts[0] != TokenVersion || len(parts[2]) != randomChars {
+	if len(parts) != 4 || parts[0] != TokenVersion || len(parts[2]) != randomChars || !decimal(parts[1]) {
 		return TokenInfo{}, ErrBadToken
 	}
 	ms, err := strconv.ParseInt(parts[1], 10, 64)
-	if err != nil || ms < 0 {
+	if err != nil {
 		return TokenInfo{}, ErrBadToken
 	}
-	if _, err := base64.RawURLEncoding.DecodeString(parts[2]); err != nil {
+	if _, err := base64.RawURLEncoding.Strict().DecodeString(parts[2]); err != nil {
+		return TokenInfo{}, ErrBadToken
+	}
+	if validateOwner(parts[3]) != nil {
 		return TokenInfo{}, ErrBadToken
 	}
 	return TokenInfo{Version: parts[0], AcquiredAt: time.UnixMilli(ms), Owner: parts[3]}, nil
+}
+
+// decimal reports whether s is a non-negative decimal number as
+// strconv.FormatInt writes it: digits only, no leading zero but for "0".
+func decimal(s string) bool {
+	if s == "" || len(s) > 1 && s[0] == '0' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // redactToken returns what may be logged of a token: everything but the

@@ -23,6 +23,13 @@ func TestTokenRoundTrip(t *testing.T) {
 }
 
 // A lock key's value may carry the queued mark after the token.
+func TestParseTokenAcceptsTimeZero(t *testing.T) {
+	tok := newToken("svc", time.UnixMilli(0))
+	if _, err := ParseToken(tok); err != nil {
+		t.Fatalf("ParseToken(%q): %v", tok, err)
+	}
+}
+
 func TestParseTokenWithQueuedMark(t *testing.T) {
 	now := time.UnixMilli(1700000000123)
 	tok := newToken("svc-1", now)
@@ -40,6 +47,17 @@ func TestParseTokenRejects(t *testing.T) {
 		"sl1.-5." + parts[2] + ".o", "sl1.abc." + parts[2] + ".o",
 		"sl1.1." + strings.Repeat("!", randomChars) + ".o",
 		"sl1.1." + parts[2] + "x.o",
+		// Exactly what shardlock writes, nothing else.
+		"sl1.1." + parts[2] + ".",                            // empty owner
+		"sl1.1." + parts[2] + ".\xff",                        // owner not UTF-8
+		"sl1.1." + parts[2] + ".a\nb",                        // owner not printable
+		"sl1.+1." + parts[2] + ".o",                          // sign
+		"sl1.01." + parts[2] + ".o",                          // leading zero
+		"sl1..x" + parts[2][1:] + ".o",                       // empty time
+		"sl1.99999999999999999999." + parts[2] + ".o",        // past int64
+		good + QueuedMark + QueuedMark,                       // double mark
+		"sl1.1." + parts[2][:21] + "B.o",                     // non-canonical base64 (stray low bits)
+		"sl1.1." + parts[2] + "." + strings.Repeat("o", 257), // owner too long
 	}
 	for _, give := range tests {
 		if _, err := ParseToken(give); !errors.Is(err, ErrBadToken) {

@@ -1,0 +1,326 @@
+package manager_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardlock/shardlock/manager"
+)
+
+// nilStrategy is a user strategy whose nil pointer panics when asked.
+type nilStrategy struct{ d time.Duration }
+
+func (s *nilStrategy) NextBackoff(int) time.Duration { return s.d }
+
+// Strategies that would panic inside Acquire are refused before any round
+// trip, at New and per acquire.
+func TestRetryStrategiesThatWouldPanicAreRefused(t *testing.T) {
+	_, c := miniClient(t)
+	hook := &faultHook{}
+	c.AddHook(hook)
+	m := newManager(t, c, manager.WithAutoPipeline(false))
+	ctx := ctxT(t)
+	tests := []struct {
+		name string
+		give manager.RetryStrategy
+	}{
+		{"LimitRetry of nil", manager.LimitRetry(nil, 5)},
+		{"typed nil RetryFunc", manager.RetryFunc(nil)},
+		{"nil pointer strategy", (*nilStrategy)(nil)},
+		{"LimitRetry of a typed nil", manager.LimitRetry(manager.RetryFunc(nil), 3)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := manager.New(c, manager.WithRetry(tt.give)); !errors.Is(err, manager.ErrInvalidArgument) {
+				t.Fatalf("New = %v, want ErrInvalidArgument", err)
+			}
+			before := hook.seen.Load()
+			_, err := m.Acquire(ctx, "r", manager.AcquireWithRetry(tt.give))
+			if !errors.Is(err, manager.ErrInvalidArgument) {
+				t.Fatalf("Acquire = %v, want ErrInvalidArgument", err)
+			}
+			if n := hook.seen.Load() - before; n != 0 {
+				t.Fatalf("sent %d commands", n)
+			}
+		})
+	}
+}
+
+// Backoffs with extreme arguments never panic and never wrap negative
+// (negative means "stop").
+func TestBackoffsWithExtremeArguments(t *testing.T) {
+	tests := []struct {
+		name string
+		give manager.RetryStrategy
+	}{
+		{"exponential 1ns..max", manager.ExponentialBackoff(1, math.MaxInt64)},
+		{"exponential max..max", manager.ExponentialBackoff(math.MaxInt64, math.MaxInt64)},
+		{"exponential max/2..max", manager.ExponentialBackoff(math.MaxInt64/2+1, math.MaxInt64)},
+		{"linear max", manager.LinearBackoff(math.MaxInt64)},
+		{"linear max/2", manager.LinearBackoff(math.MaxInt64/2 + 7)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for attempt := range 200 {
+				if d := tt.give.NextBackoff(attempt); d < 0 {
+					t.Fatalf("attempt %d: %v, a negative wait that means stop", attempt, d)
+				}
+			}
+		})
+	}
+	// In Acquire, they wait until the wait limit like any other strategy.
+	_, c := miniClient(t)
+	m := newManager(t, c)
+	ctx := ctxT(t)
+	held, err := m.TryAcquire(ctx, "busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(ctx)
+	for _, tt := range tests {
+		_, err := m.Acquire(ctx, "busy", manager.AcquireWithRetry(tt.give), manager.AcquireWithWait(20*time.Millisecond))
+		if !errors.Is(err, manager.ErrNotAcquired) {
+			t.Fatalf("%s: Acquire = %v, want ErrNotAcquired", tt.name, err)
+		}
+	}
+}
+
+// New refuses a nil pointer of any client type with a typed error.
+func TestNewRefusesTypedNilClients(t *testing.T) {
+	tests := []struct {
+		name string
+		give manager.Client
+	}{
+		{"client", (*redis.Client)(nil)},
+		{"cluster", (*redis.ClusterClient)(nil)},
+		{"ring", (*redis.Ring)(nil)},
+		{"auto-pipeliner", (*redis.AutoPipeliner)(nil)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := manager.New(tt.give); !errors.Is(err, manager.ErrInvalidArgument) {
+				t.Fatalf("New = %v, want ErrInvalidArgument", err)
+			}
+		})
+	}
+}
+
+// Close(nil) is refused without closing anything: the lock stays held and
+// a later Close releases it.
+func TestCloseNilContext(t *testing.T) {
+	mr, c := miniClient(t)
+	m, err := manager.New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t)
+	l, err := m.TryAcquire(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	//lint:ignore SA1012 testing the nil-context check
+	if err := m.Close(nil); !errors.Is(err, manager.ErrInvalidArgument) { //nolint:staticcheck
+		t.Fatalf("Close(nil) = %v", err)
+	}
+	if err := m.Close(ctx); err != nil {
+		t.Fatalf("Close = %v", err)
+	}
+	waitDone(t, l, 5*time.Second)
+	if mr.Exists(l.Key()) {
+		t.Fatal("the key is still there after Close")
+	}
+}
+
+// A max hold too long to reach is no max hold: it does not fire at once.
+func TestMaxHoldBeyondTheEndOfTime(t *testing.T) {
+	tests := []struct {
+		name string
+		mgr  []manager.Option
+		acq  []manager.AcquireOption
+	}{
+		{"WithMaxHold", []manager.Option{manager.WithMaxHold(math.MaxInt64)}, nil},
+		{"AcquireWithMaxHold", nil, []manager.AcquireOption{manager.AcquireWithMaxHold(math.MaxInt64)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, c := miniClient(t)
+			m := newManager(t, c, tt.mgr...)
+			ctx := ctxT(t)
+			l, err := m.TryAcquire(ctx, "x", tt.acq...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A second lock with a short max hold: once the watchdog has
+			// fired it, it has looked at every lock due before.
+			probe, err := m.TryAcquire(ctx, "probe", manager.AcquireWithMaxHold(20*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			<-probe.Context().Done()
+			if err := l.Context().Err(); err != nil {
+				t.Fatalf("the lock's context ended: %v (%v)", err, context.Cause(l.Context()))
+			}
+		})
+	}
+}
+
+// Input checks of the whole acquire family: each refused before any round
+// trip with a typed error that says what is wrong.
+func TestMoreBadInputMakesNoRoundTrip(t *testing.T) {
+	_, c := miniClient(t)
+	hook := &faultHook{}
+	c.AddHook(hook)
+	m := newManager(t, c, manager.WithAutoPipeline(false))
+	ctx := ctxT(t)
+	long := strings.Repeat("r", manager.MaxResourceLen)
+	tests := []struct {
+		name string
+		call func() error
+		want string // in the message
+	}{
+		{"renew interval 1ns", func() error {
+			_, err := manager.New(c, manager.WithRenewInterval(1))
+			return err
+		}, "renew interval"},
+		{"renew interval below the floor", func() error {
+			_, err := manager.New(c, manager.WithRenewInterval(manager.MinRenewInterval-1))
+			return err
+		}, "renew interval"},
+		{"batch of one key twice", func() error {
+			_, err := m.TryAcquireBatch(ctx, []string{"x", "{x}"})
+			return err
+		}, `"x" and "{x}" name the same lock`},
+		{"multi of one key twice", func() error {
+			_, err := m.TryAcquireMulti(ctx, []string{"y", "a", "{y}"})
+			return err
+		}, `"y" and "{y}" name the same lock`},
+		{"batch duplicate", func() error {
+			_, err := m.TryAcquireBatch(ctx, []string{"{g}:1", "{g}:1"})
+			return err
+		}, "appears twice"},
+		{"stripe of a 1024-byte resource", func() error {
+			_, err := m.AcquireStripe(ctx, long, 4, "p")
+			return err
+		}, "1024 bytes, more than 1022"},
+		{"permits of a 1024-byte resource", func() error {
+			_, err := m.AcquireAny(ctx, long, 100)
+			return err
+		}, "1024 bytes, more than 1021"},
+		{"zero permits", func() error { _, err := m.AcquireAny(ctx, "pool", 0); return err }, "permits"},
+		{"too many stripes", func() error {
+			_, err := m.AcquireStripe(ctx, "hot", manager.MaxStripes+1, "p")
+			return err
+		}, "stripes"},
+		{"permits of a tagged resource", func() error {
+			_, err := m.AcquireAny(ctx, "{pool}", 3)
+			return err
+		}, "permits"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := hook.seen.Load()
+			err := tt.call()
+			if !errors.Is(err, manager.ErrInvalidArgument) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v, want an invalid-argument error saying %q", err, tt.want)
+			}
+			if n := hook.seen.Load() - before; n != 0 {
+				t.Fatalf("sent %d commands", n)
+			}
+		})
+	}
+	if m, err := manager.New(c, manager.WithRenewInterval(manager.MinRenewInterval)); err != nil {
+		t.Fatalf("the floor itself is refused: %v", err)
+	} else {
+		_ = m.Close(ctx)
+	}
+}
+
+// A wait limit of 0 means one attempt: a multi-slot lock on free
+// resources is taken, as TryAcquire and TryAcquireBatch take theirs.
+func TestZeroWaitTakesFreeMulti(t *testing.T) {
+	_, c := miniClient(t)
+	ctx := ctxT(t)
+	for _, tt := range []struct {
+		name string
+		mgr  []manager.Option
+		acq  []manager.AcquireOption
+	}{
+		{"AcquireWithWait(0)", nil, []manager.AcquireOption{manager.AcquireWithWait(0)}},
+		{"WithWait(0)", []manager.Option{manager.WithWait(0)}, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			m := newManager(t, c, tt.mgr...)
+			for _, acquire := range []func(context.Context, []string, ...manager.AcquireOption) (*manager.MultiLock, error){
+				m.TryAcquireMulti, m.AcquireMulti,
+			} {
+				ml, err := acquire(ctx, []string{"a", "b", "c"}, tt.acq...)
+				if err != nil {
+					t.Fatalf("got %v on free resources", err)
+				}
+				if err := ml.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// A nil *Manager, a zero Manager and a zero Lock return errors instead of
+// panicking.
+func TestZeroValuesAreSafe(t *testing.T) {
+	ctx := context.Background()
+	for name, m := range map[string]*manager.Manager{"nil": nil, "zero": {}} {
+		t.Run(name+" manager", func(t *testing.T) {
+			calls := map[string]func() error{
+				"TryAcquire": func() error { _, err := m.TryAcquire(ctx, "r"); return err },
+				"Acquire":    func() error { _, err := m.Acquire(ctx, "r"); return err },
+				"TryAcquireBatch": func() error {
+					_, err := m.TryAcquireBatch(ctx, []string{"r"})
+					return err
+				},
+				"AcquireBatch": func() error { _, err := m.AcquireBatch(ctx, []string{"r"}); return err },
+				"AcquireMulti": func() error { _, err := m.AcquireMulti(ctx, []string{"r"}); return err },
+				"TryAcquireMulti": func() error {
+					_, err := m.TryAcquireMulti(ctx, []string{"r"})
+					return err
+				},
+				"AcquireStripe": func() error { _, err := m.AcquireStripe(ctx, "r", 2, "p"); return err },
+				"AcquireAny":    func() error { _, err := m.AcquireAny(ctx, "r", 2); return err },
+				"Do":            func() error { return m.Do(ctx, "r", func(context.Context) error { return nil }) },
+				"Close":         func() error { return m.Close(ctx) },
+			}
+			for call, f := range calls {
+				if err := f(); !errors.Is(err, manager.ErrInvalidArgument) {
+					t.Errorf("%s = %v, want ErrInvalidArgument", call, err)
+				}
+			}
+		})
+	}
+	t.Run("zero lock", func(t *testing.T) {
+		l := &manager.Lock{}
+		if err := l.Release(ctx); !errors.Is(err, manager.ErrNilLock) {
+			t.Fatalf("Release = %v", err)
+		}
+		if err := l.Extend(ctx, time.Second); !errors.Is(err, manager.ErrNilLock) {
+			t.Fatalf("Extend = %v", err)
+		}
+		if _, err := l.TTL(ctx); !errors.Is(err, manager.ErrNilLock) {
+			t.Fatalf("TTL = %v", err)
+		}
+		<-l.Done()
+		<-l.Context().Done()
+		if !errors.Is(l.Err(), manager.ErrNilLock) {
+			t.Fatalf("Err = %v", l.Err())
+		}
+		ml := &manager.MultiLock{}
+		if err := ml.Release(ctx); err != nil {
+			t.Fatalf("zero MultiLock Release = %v", err)
+		}
+	})
+}
