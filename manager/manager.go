@@ -323,6 +323,16 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 			m.queues.leave(tg.key, queue)
 		}
 	}()
+	defer func() {
+		// A callback that panics (a retry strategy) must not strand an
+		// attempt that may hold the key.
+		if p := recover(); p != nil {
+			if !firstAmbiguous.IsZero() {
+				m.orphan(tg, token, firstAmbiguous.Add(ac.ttl))
+			}
+			panic(p)
+		}
+	}()
 	fail := func(err error) (*Lock, error) {
 		if !firstAmbiguous.IsZero() {
 			// An attempt may still run on the server: release its token in
@@ -675,7 +685,8 @@ func parseFenced(res []any, err error) (int, uint64, error) {
 // Do takes the lock on resource (as Acquire), runs fn with a context that is
 // cancelled when the lock is lost or reaches its max hold (or when ctx
 // ends), releases the lock and returns fn's error. If the lock was lost
-// meanwhile, the error also matches ErrLockLost.
+// meanwhile, the error also matches ErrLockLost. If fn panics, Do releases
+// the lock and the panic goes on.
 func (m *Manager) Do(ctx context.Context, resource string, fn func(ctx context.Context) error, opts ...AcquireOption) error {
 	if err := m.usable(); err != nil {
 		return err
@@ -690,13 +701,24 @@ func (m *Manager) Do(ctx context.Context, resource string, fn func(ctx context.C
 	fctx, cancel := context.WithCancelCause(ctx)
 	lctx := l.Context()
 	stop := context.AfterFunc(lctx, func() { cancel(context.Cause(lctx)) })
+	// Release even if ctx has ended, but not for longer than the lock can
+	// live; and release when fn panics too, before the panic goes on.
+	release := func() error {
+		stop()
+		cancel(nil)
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), l.ttlNow())
+		defer rcancel()
+		return l.Release(rctx)
+	}
+	panicked := true
+	defer func() {
+		if panicked {
+			_ = release()
+		}
+	}()
 	ferr := fn(fctx)
-	stop()
-	cancel(nil)
-	// Release even if ctx has ended, but not for longer than the lock can live.
-	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), l.ttlNow())
-	rerr := l.Release(rctx)
-	rcancel()
+	panicked = false
+	rerr := release()
 	if errors.Is(rerr, ErrLockLost) || errors.Is(rerr, ErrNotHeld) || errors.Is(rerr, ErrExpired) {
 		return errors.Join(ferr, ErrLockLost)
 	}
@@ -873,10 +895,23 @@ func (m *Manager) fields(ctx context.Context, event string, l *Lock, extra ...za
 	if l.fence != 0 {
 		f = append(f, zap.Uint64("fence", l.fence))
 	}
-	if m.cfg.traceID != nil && ctx != nil {
-		if id := m.cfg.traceID(ctx); id != "" {
-			f = append(f, zap.String("trace_id", id))
-		}
+	if id := m.traceID(ctx); id != "" {
+		f = append(f, zap.String("trace_id", id))
 	}
 	return append(f, extra...)
+}
+
+// traceID reads ctx's trace id with WithTraceID's function. A function
+// that panics gives no id: a log line must never panic a lock call, which
+// may hold a lock by then.
+func (m *Manager) traceID(ctx context.Context) (id string) {
+	if m.cfg.traceID == nil || ctx == nil {
+		return ""
+	}
+	defer func() {
+		if recover() != nil {
+			id = ""
+		}
+	}()
+	return m.cfg.traceID(ctx)
 }

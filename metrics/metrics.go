@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -120,10 +121,20 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 }
 
 func checkClassName(c string) error {
-	if c == "" || len(c) > 64 || strings.ContainsFunc(c, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-		return fmt.Errorf("metrics: bad lock class %q: want 1 to 64 printable bytes", c)
+	if c == "" || len(c) > 64 || !utf8.ValidString(c) || strings.ContainsFunc(c, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return fmt.Errorf("metrics: bad lock class %q: want 1 to 64 printable bytes of UTF-8", c)
 	}
 	return nil
+}
+
+// ClassLabel returns name when it can be a lock_class label value (1 to 64
+// printable bytes of UTF-8), else ClassOther. A label value that is not
+// UTF-8 makes client_golang panic; every class label goes through this.
+func ClassLabel(name string) string {
+	if checkClassName(name) != nil {
+		return ClassOther
+	}
+	return name
 }
 
 // Class returns the recorder of a lock class: name itself, or "default"

@@ -327,7 +327,8 @@ type classBounder struct {
 func newClassBounder(max int) *classBounder { return &classBounder{max: max, seen: map[string]bool{}} }
 
 func (b *classBounder) name(c string) string {
-	if b.seen[c] {
+	c = metrics.ClassLabel(c)
+	if c == metrics.ClassOther || b.seen[c] {
 		return c
 	}
 	if len(b.seen) >= b.max {
