@@ -186,10 +186,11 @@ func LeaksAndCluster() (dashboard.Dashboard, error) {
 		query(fmt.Sprintf(`max by (%s) (%s{%s})`, metrics.LabelMaster, metrics.ProbeDurationSeconds, expSel), "{{master}}")))
 	b.WithPanel(series("Probe success", "1 when the probe succeeded on the master.", units.Short, 8,
 		query(fmt.Sprintf(`min by (%s) (%s{%s})`, metrics.LabelMaster, metrics.ProbeSuccess, expSel), "{{master}}")))
-	b.WithPanel(series("Scan", "Duration of the last scan, keys examined, truncation and errors.", units.Short, 8,
+	b.WithPanel(series("Scan", "Duration of the last scan, keys examined, truncation, errors, and keys under the prefix skipped as no lock keys.", units.Short, 8,
 		query(fmt.Sprintf(`max(%s{%s})`, metrics.ScanDurationSeconds, expSel), "duration (s)"),
 		query(fmt.Sprintf(`max(%s{%s})`, metrics.ScanKeysExamined, expSel), "keys examined"),
 		query(fmt.Sprintf(`max(%s{%s})`, metrics.ScanTruncated, expSel), "truncated"),
-		query(fmt.Sprintf(`max(%s{%s})`, metrics.ScanErrors, expSel), "errors")))
+		query(fmt.Sprintf(`max(%s{%s})`, metrics.ScanErrors, expSel), "errors"),
+		query(fmt.Sprintf(`max by (%s) (%s{%s})`, metrics.LabelReason, metrics.ScanSkippedKeys, expSel), "skipped {{reason}}")))
 	return b.Build()
 }

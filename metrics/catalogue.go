@@ -32,6 +32,7 @@ const (
 	ScanTruncated                = "shardlock_scan_truncated"
 	ScanErrors                   = "shardlock_scan_errors"
 	ScanLastSuccessTimestamp     = "shardlock_scan_last_success_timestamp_seconds"
+	ScanSkippedKeys              = "shardlock_scan_skipped_keys"
 	RedisOpsPerSecond            = "shardlock_redis_instantaneous_ops_per_second"
 	RedisConnectedClients        = "shardlock_redis_connected_clients"
 	RedisBlockedClients          = "shardlock_redis_blocked_clients"
@@ -69,6 +70,8 @@ const (
 	ReasonExpired        = "expired"          // the key was gone
 	ReasonValidity       = "validity"         // the validity ran out with no successful renewal
 	ReasonMaxHold        = "max_hold"         // the lock reached its max hold and expired
+	ReasonWrongType      = "wrong_type"       // a key under the lock prefix that is not a string
+	ReasonUnreadable     = "unreadable"       // a key whose read failed with another error reply
 )
 
 // The reasons of each failure counter, pre-created at 0 for every class.
@@ -78,6 +81,7 @@ var (
 	ReleaseFailureReasons = []string{ReasonNotHeld, ReasonExpired, ReasonRedisError}
 	RenewalFailureReasons = []string{ReasonNotHeld, ReasonExpired, ReasonRedisError}
 	LostReasons           = []string{ReasonNotHeld, ReasonExpired, ReasonValidity, ReasonMaxHold}
+	ScanSkipReasons       = []string{ReasonWrongType, ReasonUnreadable}
 )
 
 // Buckets. Acquire resolves sub-millisecond round trips and multi-second
@@ -134,6 +138,7 @@ var Exporter = []Desc{
 	{ScanTruncated, "1 when the last background scan stopped at its key cap or deadline, else 0.", Gauge, nil},
 	{ScanErrors, "Errors in the last background scan.", Gauge, nil},
 	{ScanLastSuccessTimestamp, "Unix time the last complete background scan ended.", Gauge, nil},
+	{ScanSkippedKeys, "Keys under the lock prefix the last background scan could not read as lock keys, by reason; they are left alone.", Gauge, []string{LabelReason}},
 	{RedisOpsPerSecond, "A master's instantaneous_ops_per_sec from INFO, at the last scan.", Gauge, []string{LabelMaster}},
 	{RedisConnectedClients, "A master's connected_clients from INFO, at the last scan.", Gauge, []string{LabelMaster}},
 	{RedisBlockedClients, "A master's blocked_clients from INFO, at the last scan.", Gauge, []string{LabelMaster}},

@@ -11,6 +11,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -20,7 +22,11 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, nil); err != nil {
+	err := run(ctx, os.Args[1:], os.Stdout, nil)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		// -h: the usage was printed; asking for help is not a failure.
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "shardlock-exporter:", err)
 		os.Exit(1)
 	}

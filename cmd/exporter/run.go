@@ -77,7 +77,40 @@ func parseFlags(args []string) (*options, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
 	return o, nil
+}
+
+// validate rejects flag values the exporter cannot work with, before it
+// connects or serves anything.
+func (o *options) validate() error {
+	p := o.telemetryPath
+	if !strings.HasPrefix(p, "/") || p == "/" || p == "/healthz" {
+		return fmt.Errorf("-web.telemetry-path %q: want a path that starts with / and is neither / nor /healthz", p)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"scan.interval", o.scanInterval}, {"scan.timeout", o.scanTimeout}, {"probe.interval", o.probeInterval},
+		{"probe.timeout", o.probeTimeout}, {"lock.overdue", o.overdue}} {
+		if d.v <= 0 {
+			return fmt.Errorf("-%s %v: want a positive duration", d.name, d.v)
+		}
+	}
+	if o.probeTimeout > exporter.MaxProbeTimeout {
+		return fmt.Errorf("-probe.timeout %v: want at most %v", o.probeTimeout, exporter.MaxProbeTimeout)
+	}
+	if o.scanCount < 1 || o.maxKeys < 1 || o.maxClasses < 1 {
+		return fmt.Errorf("-scan.count, -scan.max-keys and -scan.max-classes must be at least 1")
+	}
+	if o.webConfig != "" {
+		if err := web.Validate(o.webConfig); err != nil {
+			return fmt.Errorf("-web.config.file %s: %w", o.webConfig, err)
+		}
+	}
+	return nil
 }
 
 func (o *options) client() (redis.UniversalClient, error) {
@@ -187,9 +220,12 @@ func run(ctx context.Context, args []string, out io.Writer, ready chan<- string)
 	}
 
 	var serveErr error
+	expEnded := false
 	select {
 	case <-ctx.Done():
 	case serveErr = <-srvDone:
+	case serveErr = <-expDone:
+		expEnded = true // it cannot scan or probe: stop serving, say why
 	}
 	cancel()
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -203,8 +239,10 @@ func run(ctx context.Context, args []string, out io.Writer, ready chan<- string)
 	if errors.Is(serveErr, http.ErrServerClosed) {
 		serveErr = nil
 	}
-	if err := <-expDone; err != nil && serveErr == nil {
-		serveErr = err
+	if !expEnded {
+		if err := <-expDone; err != nil && serveErr == nil {
+			serveErr = err
+		}
 	}
 	if demo != nil {
 		demo.stop()

@@ -18,7 +18,14 @@ import (
 	"github.com/shardlock/shardlock/internal/testenv"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		if binPath != "" {
+			_ = os.RemoveAll(filepath.Dir(binPath)) // the binary built by flags_test.go
+		}
+		os.Exit(code)
+	}))
+}
 
 // start runs the exporter with args and returns its address and a stop
 // function that checks run's result.

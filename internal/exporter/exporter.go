@@ -25,6 +25,10 @@ import (
 	"github.com/shardlock/shardlock/sharding"
 )
 
+// MaxProbeTimeout is the longest probe timeout: a probe lock lives twice
+// as long, and a lock's TTL is at most manager.MaxTTL.
+const MaxProbeTimeout = manager.MaxTTL / 2
+
 // Config configures an Exporter. Zero values take the defaults shown.
 type Config struct {
 	Prefix        string        // lock key prefix; default sharding.DefaultPrefix
@@ -111,6 +115,7 @@ type ScanResult struct {
 	Classes   map[string]*ClassStats
 	Masters   map[string]MasterStats
 	Examined  int
+	Skipped   map[string]int // keys that are no lock keys, by reason (metrics.ScanSkipReasons)
 	Truncated bool
 	Errors    int
 	Duration  time.Duration
@@ -144,8 +149,12 @@ func New(client redis.UniversalClient, cfg Config) (*Exporter, error) {
 	if err := sharding.ValidatePrefix(cfg.Prefix); err != nil {
 		return nil, fmt.Errorf("exporter: prefix %q: %w", cfg.Prefix, err)
 	}
-	if cfg.ScanCount < 1 || cfg.MaxKeys < 1 || cfg.MaxClasses < 1 || cfg.ScanInterval < 0 || cfg.ProbeInterval < 0 {
-		return nil, errors.New("exporter: scan count, max keys, max classes and intervals must be positive")
+	if cfg.ScanCount < 1 || cfg.MaxKeys < 1 || cfg.MaxClasses < 1 || cfg.ScanInterval < 0 || cfg.ProbeInterval < 0 ||
+		cfg.ScanTimeout < 0 || cfg.ProbeTimeout < 0 || cfg.Overdue < 0 {
+		return nil, errors.New("exporter: scan count, max keys, max classes, intervals, timeouts and overdue must be positive")
+	}
+	if cfg.ProbeTimeout > MaxProbeTimeout {
+		return nil, fmt.Errorf("exporter: probe timeout %v is more than %v", cfg.ProbeTimeout, MaxProbeTimeout)
 	}
 	e := &Exporter{client: client, cfg: cfg, probes: map[string]probeResult{}, descs: map[string]*prometheus.Desc{}}
 	for _, d := range metrics.Exporter {
@@ -173,7 +182,7 @@ func (e *Exporter) Scan(ctx context.Context) *ScanResult {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.ScanTimeout)
 	defer cancel()
 	start := time.Now()
-	res := &ScanResult{Classes: map[string]*ClassStats{}, Masters: map[string]MasterStats{}}
+	res := &ScanResult{Classes: map[string]*ClassStats{}, Masters: map[string]MasterStats{}, Skipped: map[string]int{}}
 	var mu sync.Mutex
 	var examined int
 	classes := newClassBounder(e.cfg.MaxClasses)
@@ -253,9 +262,9 @@ func (e *Exporter) examine(ctx context.Context, c *redis.Client, keys []string, 
 	if len(batch) == 0 {
 		return nil
 	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return err
-	}
+	// Exec's error is the first command's; each command is judged on its
+	// own below, so one odd key never fails the scan.
+	_, _ = pipe.Exec(ctx)
 	mu.Lock()
 	defer mu.Unlock()
 	for _, b := range batch {
@@ -264,7 +273,18 @@ func (e *Exporter) examine(ctx context.Context, c *redis.Client, keys []string, 
 			continue // expired between SCAN and GET
 		}
 		if err != nil {
-			continue // not a string: not ours
+			var reply redis.Error
+			if !errors.As(err, &reply) {
+				return err // the connection failed: the scan did
+			}
+			// An error reply: a key that is not a string (WRONGTYPE) or
+			// cannot be read. Not a lock key: skipped, counted, left alone.
+			reason := metrics.ReasonUnreadable
+			if strings.HasPrefix(err.Error(), "WRONGTYPE") {
+				reason = metrics.ReasonWrongType
+			}
+			res.Skipped[reason]++
+			continue
 		}
 		class := classes.name(e.cfg.ClassOf(resourceOf(e.cfg.Prefix, b.key)))
 		st := res.Classes[class]

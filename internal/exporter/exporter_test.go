@@ -161,3 +161,82 @@ func TestDefaultClassOf(t *testing.T) {
 		}
 	}
 }
+
+// Keys under the prefix that are not lock keys (a hash, a list, a set, a
+// resource that is not UTF-8) are skipped and counted; the scan goes on,
+// its gauges are served without a panic, and the keys are left as they are.
+func TestScanSkipsHostileKeys(t *testing.T) {
+	for _, target := range testenv.Targets() {
+		if target.Name == "sentinel" {
+			continue
+		}
+		t.Run(target.Name, func(t *testing.T) {
+			c := target.Client(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			prefix := testenv.Unique("hostile") + ":"
+			good := prefix + "{order:1}"
+			hash, list, set := prefix+"{h}", prefix+"{l}", prefix+"{s}"
+			badUTF8 := prefix + "{\xff\xfe:1}"
+			for _, k := range []string{good, hash, list, set, badUTF8} {
+				defer c.Del(ctx, k)
+			}
+			c.Set(ctx, good, oldToken(), time.Minute)
+			c.HSet(ctx, hash, "f", "v")
+			c.RPush(ctx, list, "a")
+			c.SAdd(ctx, set, "a")
+			c.Set(ctx, badUTF8, oldToken(), time.Minute)
+
+			reg := prometheus.NewRegistry()
+			e, err := exporter.New(c, exporter.Config{Prefix: prefix, ScanCount: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			reg.MustRegister(e)
+			res := e.Scan(ctx)
+			if res.Errors != 0 {
+				t.Fatalf("scan failed: %+v", res)
+			}
+			if res.Skipped[metrics.ReasonWrongType] != 3 {
+				t.Fatalf("skipped %v, want 3 wrong_type", res.Skipped)
+			}
+			if st := res.Classes["order"]; st == nil || st.Keys != 1 {
+				t.Fatalf("order class %+v", st)
+			}
+			if st := res.Classes[metrics.ClassOther]; st == nil || st.Keys != 1 {
+				t.Fatalf("the non-UTF-8 resource's class: %+v (classes %v)", st, res.Classes)
+			}
+			n, err := testutil.GatherAndCount(reg, metrics.ScanUp, metrics.ScanSkippedKeys, metrics.LockKeys)
+			if err != nil {
+				t.Fatalf("gather: %v", err)
+			}
+			if n != 1+len(metrics.ScanSkipReasons)+2 {
+				t.Fatalf("%d series", n)
+			}
+			if got := testutil.ToFloat64(gaugeOf(t, reg, metrics.ScanUp)); got != 1 {
+				t.Fatalf("scan_up %v", got)
+			}
+			if c.HGet(ctx, hash, "f").Val() != "v" || c.LLen(ctx, list).Val() != 1 || c.SCard(ctx, set).Val() != 1 {
+				t.Fatal("the scan changed a key that is not shardlock's")
+			}
+		})
+	}
+}
+
+// gaugeOf returns the one series of name in reg as a collector.
+func gaugeOf(t *testing.T, reg *prometheus.Registry, name string) prometheus.Gauge {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 {
+			g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: "copy"})
+			g.Set(mf.GetMetric()[0].GetGauge().GetValue())
+			return g
+		}
+	}
+	t.Fatalf("no single series %s", name)
+	return nil
+}

@@ -139,6 +139,9 @@ func (e *Exporter) Collect(ch chan<- prometheus.Metric) {
 	g(metrics.ScanKeysExamined, float64(res.Examined))
 	g(metrics.ScanTruncated, b2f(res.Truncated))
 	g(metrics.ScanErrors, float64(res.Errors))
+	for _, reason := range metrics.ScanSkipReasons {
+		g(metrics.ScanSkippedKeys, float64(res.Skipped[reason]), reason)
+	}
 	if !lastSuccess.IsZero() {
 		g(metrics.ScanLastSuccessTimestamp, float64(lastSuccess.UnixNano())/1e9)
 	}
