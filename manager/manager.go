@@ -382,7 +382,10 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 		}
 		switch {
 		case err != nil:
-			if isAmbiguous(err) && firstAmbiguous.IsZero() {
+			// A command that may have run, or a script that failed after
+			// a write (an error reply that is not a redirect or a "not
+			// now"), may hold the key: fail releases it.
+			if (isAmbiguous(err) || ranWithError(err)) && firstAmbiguous.IsZero() {
 				firstAmbiguous = sendAt
 			}
 			if ctx.Err() != nil {
@@ -603,6 +606,8 @@ func parseGet(cmd *redis.StringCmd, token string) (int, error) {
 	switch {
 	case errors.Is(err, redis.Nil):
 		return attemptContended, nil // gone since: not ours
+	case isWrongType(err):
+		return attemptContended, nil // a key of another type: someone else's
 	case err != nil:
 		return 0, err
 	case isOurs(v, token):
@@ -662,6 +667,8 @@ func parseSetNXGet(cmd *redis.StringCmd, token string) (int, error) {
 	switch {
 	case errors.Is(err, redis.Nil):
 		return attemptFresh, nil
+	case isWrongType(err):
+		return attemptContended, nil // a key of another type: someone else's, left alone
 	case err != nil:
 		return 0, err
 	case isOurs(old, token):

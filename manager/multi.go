@@ -283,8 +283,9 @@ func (m *Manager) tryGroups(ctx context.Context, groups []*batchInfo, opts []Acq
 		}
 		switch {
 		case err != nil:
-			if isAmbiguous(err) {
-				// It may still run on the server: its token goes to the reaper.
+			if isAmbiguous(err) || ranWithError(err) {
+				// It may still run on the server, or have written before it
+				// failed: its token goes to the reaper.
 				for _, k := range a.b.keys {
 					m.reap(k, a.token, sentAt.Add(a.ac.ttl))
 				}

@@ -44,6 +44,17 @@ func isAmbiguous(err error) bool {
 		!errors.Is(err, redis.ErrClosed) && !errors.Is(err, syscall.ECONNREFUSED)
 }
 
+// isWrongType reports whether err is Redis's WRONGTYPE reply: the key
+// holds another type, so it is no lock of ours.
+func isWrongType(err error) bool {
+	return isReply(err) && strings.HasPrefix(err.Error(), "WRONGTYPE")
+}
+
+// ranWithError reports whether err is an error reply from a command that
+// ran: not a redirect or a "not now" (which mean it did not run). A script
+// that failed that way may have written before it failed.
+func ranWithError(err error) bool { return isReply(err) && !isTransient(err) }
+
 // isTransient reports whether err is worth retrying: a network fault, or a
 // reply that means "not now" (a failover, a migrating slot, a loading node).
 // Context errors are not transient: the caller's context decides.

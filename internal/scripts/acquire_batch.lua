@@ -5,21 +5,32 @@
 -- batch known to be busy reads first and writes nothing while it is busy),
 -- ARGV[5] '1' for a waiter: the keys others hold get release.lua's queued
 -- mark "\30" (TTL kept), so that their release announces them free.
--- Returns {0, i...} with the (1-based) indices of keys another token holds;
+-- Returns {0, i...} with the (1-based) indices of keys another token (or
+-- another value, or a key of another type) holds;
 -- else {1, fence...} when this call set the keys, {2, fence...} when every
 -- key already held this token (a re-sent attempt; a key may hold it with
 -- release.lua's queued mark "\30"). Fences only with fencing.
 local fencing = ARGV[3] == '1'
 local n = #KEYS
 if fencing then n = n / 2 end
+-- fences appends the keys' fences to out: incremented (a fresh batch) or
+-- read (resent). A counter that is not an integer (or would overflow)
+-- makes an error reply; a fresh batch then first deletes the keys it set,
+-- so an error leaves nothing behind.
 local function fences(out, resent)
   if fencing then
     for i = 1, n do
+      local f
       if resent then
-        out[#out + 1] = tonumber(redis.call('GET', KEYS[n + i]) or '0')
+        f = tonumber(redis.pcall('GET', KEYS[n + i]))
       else
-        out[#out + 1] = redis.call('INCR', KEYS[n + i])
+        f = redis.pcall('INCR', KEYS[n + i])
       end
+      if type(f) ~= 'number' then
+        if not resent then redis.call('DEL', unpack(KEYS, 1, n)) end
+        return redis.error_reply('ERR fence counter ' .. KEYS[n + i] .. ' is not an integer')
+      end
+      out[#out + 1] = f
     end
   end
   return out
@@ -48,15 +59,16 @@ for j = 1, n do
   if v == ARGV[1] or v == marked then
     mine = mine + 1
     vals[j] = v -- kept as it is: the queued mark of release.lua stays
-  elseif v then
-    held[#held + 1] = j
+  elseif v or redis.call('EXISTS', KEYS[j]) == 1 then
+    held[#held + 1] = j -- another token, another value, or a key of another type (MGET reads it as nil)
   end
 end
 if #held > 0 then
   if ARGV[5] == '1' then
     for _, j in ipairs(held) do
       local v = cur[j]
-      if string.byte(v, -1) ~= 30 then
+      -- Only a shardlock token gets the mark: anything else is left as it is.
+      if v and string.sub(v, 1, 4) == 'sl1.' and string.byte(v, -1) ~= 30 then
         redis.call('SET', KEYS[j], v .. '\30', 'KEEPTTL')
       end
     end

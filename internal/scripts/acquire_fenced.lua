@@ -4,13 +4,19 @@
 -- Returns {1, fence} when this call set the key, {2, fence} when the key
 -- already holds this token (a re-sent attempt, or the token with the
 -- queued mark "\30" of release.lua: the fence is the counter, which nobody
--- else can have moved while we hold the key), {0, 0} when another token
--- holds it.
-local v = redis.call('GET', KEYS[1])
+-- else can have moved while we hold the key), {0, 0} when another token,
+-- another value or a key of another type holds it.
+-- The counter is incremented before the key is set: a counter that is not
+-- an integer (or would overflow) makes an error reply with nothing written.
+local v = redis.pcall('GET', KEYS[1])
 if v == false then
+  local fence = redis.pcall('INCR', KEYS[2])
+  if type(fence) ~= 'number' then return fence end
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return {1, redis.call('INCR', KEYS[2])}
+  return {1, fence}
 elseif v == ARGV[1] or v == ARGV[1] .. '\30' then
-  return {2, tonumber(redis.call('GET', KEYS[2]) or '0')}
+  local fence = tonumber(redis.pcall('GET', KEYS[2]))
+  if not fence then return redis.error_reply('ERR fence counter is not an integer') end
+  return {2, fence}
 end
 return {0, 0}

@@ -11,24 +11,36 @@
 -- missed), {0, 0} when another token holds it: the entry is then queued
 -- (the queue expiring at its latest entry's deadline), unless a re-check
 -- finds it there already, and the key gets release.lua's queued mark "\30".
+-- A key that holds anything but a shardlock token (another value, another
+-- type) is held by someone else too, but is never written: no mark.
+-- The fence counter is incremented before the key is set: a counter that
+-- is not an integer makes an error reply with nothing written. A queue key
+-- of another type is left alone (the waiter then finds the lock by polling).
 -- #include handover.lua
 local mark = '\30'
-local v = redis.call('GET', KEYS[1])
+local v = redis.pcall('GET', KEYS[1])
 if v == false then
-  if ARGV[5] == '1' then redis.call('LREM', KEYS[2], 1, ARGV[4]) end
+  local fence = 0
+  if ARGV[3] == '1' then
+    fence = redis.pcall('INCR', KEYS[3])
+    if type(fence) ~= 'number' then return fence end
+  end
+  if ARGV[5] == '1' then redis.pcall('LREM', KEYS[2], 1, ARGV[4]) end
   local val = ARGV[1]
   if redis.call('EXISTS', KEYS[2]) == 1 then val = val .. mark end -- others still queued
   redis.call('SET', KEYS[1], val, 'PX', ARGV[2])
-  if ARGV[3] == '1' then return {1, redis.call('INCR', KEYS[3])} end
-  return {1, 0}
+  return {1, fence}
 elseif v == ARGV[1] or v == ARGV[1] .. mark then
-  if ARGV[3] == '1' then return {2, tonumber(redis.call('GET', KEYS[3]) or '0')} end
-  return {2, 0}
+  if ARGV[3] ~= '1' then return {2, 0} end
+  local fence = tonumber(redis.pcall('GET', KEYS[3]))
+  if not fence then return redis.error_reply('ERR fence counter is not an integer') end
+  return {2, fence}
 end
-if ARGV[5] ~= '1' or not redis.call('LPOS', KEYS[2], ARGV[4]) then
-  enqueue(KEYS[2], ARGV[4])
+local queued = ARGV[5] == '1' and redis.pcall('LPOS', KEYS[2], ARGV[4])
+if type(queued) ~= 'number' then
+  queued = enqueue(KEYS[2], ARGV[4])
 end
-if string.sub(v, -1) ~= mark then
+if queued and type(v) == 'string' and string.sub(v, 1, 4) == 'sl1.' and string.sub(v, -1) ~= mark then
   redis.call('SET', KEYS[1], v .. mark, 'KEEPTTL')
 end
 return {0, 0}

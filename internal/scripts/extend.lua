@@ -2,9 +2,9 @@
 -- KEYS[1] lock key; ARGV[1] token, ARGV[2] new TTL in milliseconds
 -- The key holds the token, followed by "\30" while waiters are queued for
 -- it (see release.lua); either is the holder's.
--- Returns 1 when extended, 0 when the key is gone, -1 when another token
--- holds it.
-local v = redis.call('GET', KEYS[1])
+-- Returns 1 when extended, 0 when the key is gone, -1 when another token,
+-- another value or a key of another type holds it.
+local v = redis.pcall('GET', KEYS[1])
 if v == ARGV[1] or v == ARGV[1] .. '\30' then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1

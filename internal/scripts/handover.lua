@@ -12,12 +12,24 @@
 -- free when they re-check). The queue is only written after an entry was
 -- popped from it here, so a migrating slot never gets a second copy of it.
 
+-- entry_parts reads entry e: its TTL (ms) and fencing flag, and the token,
+-- which must look like a shardlock token. It returns nothing for junk (a
+-- tampered or truncated entry), which the hand-over then drops.
+local function entry_parts(e)
+  local _, _, ttl, f, tok = string.find(e, '^%d+:(%d+):([01]):(sl1%.%d+%.[%w_-]+%..+)$')
+  ttl = tonumber(ttl)
+  if not tok or not ttl or ttl < 1 or ttl > 86400000 then return nil end
+  return ttl, f, tok
+end
+
 -- grant sets key k to entry e's token, with the queued mark "\30" (see
 -- release.lua) and e's TTL, taking a fence first if e asks for one. It
--- returns the token and the fence (0 without); nothing when the fence
--- counter cannot be read here.
+-- returns the token and the fence (0 without); nil and 'junk' for an
+-- entry that is not one; nothing when the fence counter cannot be
+-- incremented here (not local while a slot migrates, not an integer).
 local function grant(k, e)
-  local _, _, ttl, f, tok = string.find(e, '^%d+:(%d+):(%d):(.+)$')
+  local ttl, f, tok = entry_parts(e)
+  if not tok then return nil, 'junk' end
   local fence = 0
   if f == '1' then
     fence = redis.pcall('INCR', k .. ':fence')
@@ -28,21 +40,25 @@ local function grant(k, e)
 end
 
 -- enqueue appends entry e to queue q, which then lives until its latest
--- entry's deadline and no longer.
+-- entry's deadline and no longer. It returns false when q cannot take it
+-- (a key of another type): the waiter then finds the lock by polling.
 local function enqueue(q, e)
   local deadline = string.match(e, '^(%d+):')
-  if redis.call('RPUSH', q, e) == 1 then
+  local n = redis.pcall('RPUSH', q, e)
+  if type(n) ~= 'number' then return false end
+  if n == 1 then
     redis.call('PEXPIREAT', q, deadline)
   else
     redis.call('PEXPIREAT', q, deadline, 'GT')
   end
+  return true
 end
 
 -- hand_over gives key k to the first live entry of its queue and announces
 -- it with SPUBLISH on "<k>:released" as "<sha1 of the token> <fence>"
 -- (tokens are not broadcast). Entries past their deadline (by the server's
--- clock, read once, only when an entry is popped) are dropped. It returns
--- true when it handed the key over.
+-- clock, read once, only when an entry is popped) and entries that are not
+-- entries are dropped. It returns true when it handed the key over.
 local now
 local function hand_over(k)
   local q = k .. ':waiters'
@@ -56,12 +72,14 @@ local function hand_over(k)
     local d = tonumber(string.match(e, '^(%d+):'))
     if d and d >= now then
       local tok, fence = grant(k, e)
-      if not tok then
+      if tok then
+        redis.pcall('SPUBLISH', k .. ':released', redis.sha1hex(tok) .. ' ' .. fence)
+        return true
+      end
+      if fence ~= 'junk' then
         redis.call('LPUSH', q, e)
         return false
       end
-      redis.pcall('SPUBLISH', k .. ':released', redis.sha1hex(tok) .. ' ' .. fence)
-      return true
     end
   end
   return false

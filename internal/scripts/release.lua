@@ -15,11 +15,12 @@
 -- (announce_free, for batch waiters, which mark the keys they wait for).
 --
 -- Returns 1 when the key held the token and was deleted, 0 when the key is
--- gone (expired), -1 when another token holds it, 2 when the key was handed
+-- gone (expired), -1 when another token, another value or a key of another
+-- type holds it, 2 when the key was handed
 -- to a queued waiter (ARGV[2], if given, queued behind it), and {3, fence}
 -- when it was handed to ARGV[2]'s waiter.
 local k = KEYS[1]
-local v = redis.call('GET', k)
+local v = redis.pcall('GET', k)
 local nxt = ARGV[2] or ''
 if v == ARGV[1] and nxt == '' then
   redis.call('DEL', k)
