@@ -50,6 +50,7 @@ type fairWaiter struct {
 	entry    string    // its entry in Redis's queue once queued (or being queued), else ""
 	regAt    time.Time // send time of the first write that queued entry
 	left     bool      // gave up or acquired otherwise
+	took     bool      // acquired: by a hand-over, or by finding its own token (a re-check)
 	ch       chan grantMsg
 }
 
@@ -175,7 +176,7 @@ func (lq *localQueues) acquired(q *localQueue, w *fairWaiter, l *Lock) {
 	lq.mu.Lock()
 	defer lq.mu.Unlock()
 	if w != nil {
-		w.left = true
+		w.left, w.took = true, true
 		if q.head == w {
 			q.head = nil
 		}
@@ -244,6 +245,11 @@ func (m *Manager) afterRelease(l *Lock, h handover, code int64, fence uint64, se
 			h.q.streak++
 		} else {
 			h.q.streak = 0
+		}
+		if w.took {
+			// The waiter's re-check found the lock handed to it first
+			// (its own token in the key): it holds the lock already.
+			return
 		}
 		if w.left {
 			// The waiter gave up meanwhile: the lock is nobody's.
