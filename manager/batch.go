@@ -275,7 +275,7 @@ func (l *Lock) scriptKeys() []string {
 // releaseResult.
 func (l *Lock) releaseBatchOnce(ctx context.Context, ambiguous bool, validUntil time.Time) (result, redisErr error) {
 	sentAt := time.Now()
-	res, err := scripts.ReleaseBatch.Run(ctx, l.m.cmd, l.multi.keys, l.args[:]...).Int64Slice()
+	res, err := l.m.runScript(ctx, l.m.cmd, scripts.ReleaseBatch, l.multi.keys, l.args[:]...).Int64Slice()
 	if err != nil {
 		return nil, err
 	}

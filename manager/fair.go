@@ -329,17 +329,27 @@ func (m *Manager) attemptQueued(ctx context.Context, key string, w *fairWaiter, 
 
 // leaveQueued takes a waiter that gave up out of Redis's queue; if its entry
 // is not there (it may have been handed the lock already, or be about to
-// be), its token goes to the orphan reaper.
-func (m *Manager) leaveQueued(key string, w *fairWaiter, entry string) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	n, err := m.client.LRem(ctx, sharding.QueueKey(key), 1, entry).Result()
-	if err == nil && n == 1 {
+// be), its token goes to the orphan reaper. It waits for that while ctx
+// lasts (at most a second), and leaves it to the background once ctx has
+// ended: the caller is on its way out and must not wait past its deadline.
+func (m *Manager) leaveQueued(ctx context.Context, key string, w *fairWaiter, entry string) {
+	leave := func(context.Context) error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		n, err := m.client.LRem(ctx, sharding.QueueKey(key), 1, entry).Result()
+		if err == nil && n == 1 {
+			return nil
+		}
+		until := time.Now()
+		if w.deadline.After(until) {
+			until = w.deadline
+		}
+		m.reap(key, w.token, until.Add(w.ttl))
+		return nil
+	}
+	if ctx.Err() != nil {
+		m.io.goFn(func() { _ = leave(nil) })
 		return
 	}
-	until := time.Now()
-	if w.deadline.After(until) {
-		until = w.deadline
-	}
-	m.reap(key, w.token, until.Add(w.ttl))
+	_ = m.bounded(ctx, time.Now().Add(time.Second), leave, nil)
 }

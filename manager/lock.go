@@ -59,6 +59,11 @@ type Lock struct {
 	// watched: the lock has left the scheduler's incoming list for its heap,
 	// so giving it up must take it out of the heap (see scheduler.add).
 	watched bool
+	// renewing: the watchdog's renewal is in flight; the lock stays in the
+	// heap, due at the end of its validity, so that a renewal stuck in I/O
+	// never delays the loss.
+	renewing   bool
+	renewFails int // renewals failed in a row, for the backoff and the log
 
 	// Owned by the scheduler, under its mutex.
 	due   mono
@@ -421,9 +426,9 @@ func (l *Lock) Release(ctx context.Context) error {
 		}
 		var res any
 		if h.w == nil {
-			res, err = scripts.Release.Run(ctx, m.cmd, l.keys[:], l.args[:]...).Result()
+			res, err = m.runScript(ctx, m.cmd, scripts.Release, l.keys[:], l.args[:]...).Result()
 		} else {
-			res, err = scripts.Release.Run(ctx, m.cmd, l.keys[:], l.token, h.entry, luaFlag(h.local)).Result()
+			res, err = m.runScript(ctx, m.cmd, scripts.Release, l.keys[:], l.token, h.entry, luaFlag(h.local)).Result()
 		}
 		code, fence, err := parseRelease(res, err)
 		if err != nil {
@@ -496,13 +501,18 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		sentAt = time.Now()
 		var err error
 		if m.cfg.replicas > 0 {
-			r, replicas, err = m.extendWait(ctx, l, ttlMs)
+			var out extendOut
+			out, err = exchange(m, ctx, time.Time{}, func(ctx context.Context) (extendOut, error) {
+				r, n, err := m.extendWait(ctx, l, ttlMs)
+				return extendOut{r, n}, err
+			}, nil)
+			r, replicas = out.r, out.replicas
 		} else {
 			script := scripts.Extend
 			if l.multi != nil {
 				script = scripts.ExtendBatch
 			}
-			r, err = script.Run(ctx, m.cmd, l.scriptKeys(), l.token, ttlMs).Int64()
+			r, err = m.runScript(ctx, m.cmd, script, l.scriptKeys(), l.token, ttlMs).Int64()
 		}
 		return err
 	})
@@ -531,6 +541,11 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		}
 	}
 	return nil
+}
+
+type extendOut struct {
+	r        int64
+	replicas int
 }
 
 // extendWait runs the extend script and WAIT in one pipeline on the owning master.
@@ -575,21 +590,41 @@ func (l *Lock) renewed(sentAtTime time.Time, ttl time.Duration) {
 	}
 	l.validUntil = sentAt.Add(ttl - drift(ttl))
 	l.nextRenew = sentAt.Add(l.interval)
-	due, slack := l.nextDueLocked(), l.interval/4
+	l.renewFails = 0
+	due, slack := l.nextDueLocked()
 	l.mu.Unlock()
 	l.m.sched.schedule(l, due, slack)
 }
 
-// nextDueLocked returns when the scheduler must look at the lock next.
-func (l *Lock) nextDueLocked() mono {
-	due := l.validUntil
-	if l.watchdog && !l.maxFired && l.nextRenew.Before(due) {
+// nextDueLocked returns when the scheduler must look at the lock next, and
+// how much earlier it may: a renewal may go up to a quarter interval
+// early, to share a pipeline with others due close to it; a retry after a
+// failed renewal, the max hold and the end of validity may not.
+func (l *Lock) nextDueLocked() (mono, time.Duration) {
+	due, slack := l.validUntil, time.Duration(0)
+	if l.watchdog && !l.maxFired && !l.renewing && l.nextRenew.Before(due) {
 		due = l.nextRenew
+		if l.renewFails == 0 {
+			slack = l.interval / 4
+		}
 	}
 	if !l.maxHoldAt.IsZero() && !l.maxFired && l.maxHoldAt.Before(due) {
-		due = l.maxHoldAt
+		due, slack = l.maxHoldAt, 0
 	}
-	return due
+	return due, slack
+}
+
+// renewDueLocked reports whether the watchdog should send a renewal of l
+// at now: one is due (within its slack) and none is in flight.
+func (l *Lock) renewDueLocked(now mono) bool {
+	if !l.watchdog || l.maxFired || l.renewing {
+		return false
+	}
+	slack := time.Duration(0)
+	if l.renewFails == 0 {
+		slack = l.interval / 4
+	}
+	return !now.Add(slack).Before(l.nextRenew)
 }
 
 // TTL returns the lock's remaining TTL on the server. It returns ErrExpired
@@ -612,7 +647,7 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if l.multi != nil {
 		script = scripts.PTTLBatch
 	}
-	ms, err := script.Run(ctx, l.m.cmd, l.scriptKeys(), l.token).Int64()
+	ms, err := l.m.runScript(ctx, l.m.cmd, script, l.scriptKeys(), l.token).Int64()
 	if err != nil {
 		return 0, fmt.Errorf("shardlock: ttl: %w", err)
 	}

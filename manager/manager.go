@@ -1,6 +1,7 @@
 package manager
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -37,6 +38,8 @@ type Manager struct {
 	log    *zap.Logger
 	sched  *scheduler
 
+	deadlines  bool     // every command is bounded by its context's deadline (see direct)
+	io         inflight // goroutines carrying exchanges whose callers may have gone
 	closed     atomic.Bool
 	closing    chan struct{} // closed by Close: wakes the waiters
 	closeOnce  sync.Once
@@ -90,6 +93,7 @@ func New(client Client, opts ...Option) (*Manager, error) {
 		}
 		m.cmd = ap
 	}
+	m.deadlines = m.cmd == Client(client) && honoursDeadlines(client)
 	m.queues = localQueues{queues: map[string]*localQueue{}, max: cfg.maxWaiters}
 	if cfg.notifications {
 		m.notify = newNotifier(m)
@@ -256,7 +260,7 @@ func (m *Manager) reap(key, token string, deadline time.Time) {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), minTime(deadline, time.Now().Add(time.Second)))
 	defer cancel()
-	_ = scripts.Release.Run(ctx, m.client, []string{key}, token).Err()
+	_ = m.runScript(ctx, m.client, scripts.Release, []string{key}, token).Err()
 }
 
 func minTime(a, b time.Time) time.Time {
@@ -273,6 +277,9 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 	if m.closed.Load() {
 		return nil, ErrClosed
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Join(ErrNotAcquired, err) // nothing sent
+	}
 	token := newToken(m.cfg.owner, start)
 	tokenArg := any(token) // boxed once, for the acquire command and the Lock's scripts
 	waiting := false       // counted in the waiters gauge
@@ -284,6 +291,7 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 	var (
 		firstAmbiguous time.Time // send time of the first attempt whose outcome we never learned
 		waitUntil      = start.Add(ac.wait)
+		lastErr        error // why the last attempt failed, while it was transient
 		timer          *time.Timer
 		queue          *localQueue // this process's queue for the resource, once waiting
 		myTurn         bool        // this waiter is the one contending in Redis
@@ -314,7 +322,7 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 		if queue != nil {
 			if fw != nil {
 				if entry := m.queues.giveUp(queue, fw); entry != "" {
-					m.leaveQueued(tg.key, fw, entry)
+					m.leaveQueued(ctx, tg.key, fw, entry)
 				}
 			}
 			if myTurn {
@@ -341,6 +349,12 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 		}
 		return nil, err
 	}
+	// An attempt ends by the wait limit; a TryAcquire's by the TTL (a
+	// reply after that could not be used).
+	attemptDeadline := waitUntil
+	if !wait {
+		attemptDeadline = start.Add(ac.ttl)
+	}
 	// A waiting acquire does not barge in ahead of this process's queued
 	// waiters for the resource: it queues behind them.
 	queueFirst := wait && tg.batch == nil && m.queues.busy(tg.key)
@@ -350,68 +364,70 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 			sendAt = time.Now()
 		}
 		var (
-			status, replicas int
-			fence            uint64
-			fences           []uint64
-			held             []int
-			err              error
+			res attemptResult
+			err error
 		)
 		switch {
 		case attempt == 1 && queueFirst:
-			status = attemptContended
+			res.status = attemptContended
 		case granted != nil:
 			// Handed over by a release: held since (at the earliest)
 			// the write that queued us.
-			status, fence, sendAt = attemptFresh, granted.fence, granted.validFrom
+			res.status, res.fence, sendAt = attemptFresh, granted.fence, granted.validFrom
 			granted = nil
 		case skipOnce:
-			status, skipOnce = attemptContended, false
-		case fw != nil:
-			status, fence, err = m.attemptQueued(ctx, tg.key, fw, ac)
-			if status == attemptReplay && !fw.regAt.IsZero() && (firstAmbiguous.IsZero() || fw.regAt.Before(firstAmbiguous)) {
+			res.status, skipOnce = attemptContended, false
+		default:
+			res, err = m.send(ctx, attemptDeadline, attemptArgs{
+				tg: tg, token: token, tokenArg: tokenArg, ac: ac, fw: fw, sendAt: sendAt,
+				// The first attempt is a plain SET NX; a waiter that will
+				// queue next need not tell a replay apart (the queue script
+				// does), and later polls use SET NX GET.
+				firstTry: attempt == 1 || (attempt == 2 && queueFirst), queueNext: fair,
+				first: attempt == 1, mark: batchWatch,
+			})
+			if fw != nil && res.status == attemptReplay && !fw.regAt.IsZero() && (firstAmbiguous.IsZero() || fw.regAt.Before(firstAmbiguous)) {
 				firstAmbiguous = fw.regAt // a hand-over may have set the key that early
 			}
-		case tg.batch == nil:
-			// The first attempt is a plain SET NX; a waiter that will
-			// queue next need not tell a replay apart (the queue script
-			// does), and later polls use SET NX GET.
-			firstTry := attempt == 1 || (attempt == 2 && queueFirst)
-			status, fence, replicas, err = m.attempt(ctx, tg.key, token, tokenArg, ac, firstTry, fair)
-		default:
-			status, fences, held, replicas, err = m.attemptBatch(ctx, tg.batch, token, ac, attempt == 1, batchWatch)
 		}
 		switch {
 		case err != nil:
 			// A command that may have run, or a script that failed after
 			// a write (an error reply that is not a redirect or a "not
-			// now"), may hold the key: fail releases it.
-			if (isAmbiguous(err) || ranWithError(err)) && firstAmbiguous.IsZero() {
+			// now"), may hold the key: fail releases it. An abandoned
+			// attempt is settled by send when its reply comes.
+			abandoned := isAbandoned(err)
+			if !abandoned && (isAmbiguous(err) || ranWithError(err)) && firstAmbiguous.IsZero() {
 				firstAmbiguous = sendAt
 			}
 			if ctx.Err() != nil {
 				return fail(errors.Join(ErrNotAcquired, ctx.Err()))
 			}
+			if wait && (abandoned || !time.Now().Before(waitUntil)) {
+				// The wait limit passed during the attempt.
+				return fail(errors.Join(ErrNotAcquired, cmp.Or(lastErr, err)))
+			}
 			if !wait || !isTransient(err) {
 				return fail(fmt.Errorf("shardlock: acquire %q: %w", tg.resource, err))
 			}
 			m.reloadTopology(ctx)
-			transient = true
-		case status != attemptContended:
+			transient, lastErr = true, err
+		case res.status != attemptContended:
 			validFrom := sendAt
-			if status == attemptReplay && !firstAmbiguous.IsZero() {
+			if res.status == attemptReplay && !firstAmbiguous.IsZero() {
 				validFrom = firstAmbiguous // the key may have been set that early
 			}
-			l := m.newLock(tg.resource, tg.key, token, tokenArg, fence, start, validFrom, ac)
-			l.replicas = replicas
+			l := m.newLock(tg.resource, tg.key, token, tokenArg, res.fence, start, validFrom, ac)
+			l.replicas = res.replicas
 			if tg.batch != nil {
-				l.multi = &batchInfo{resources: tg.batch.resources, keys: tg.batch.keys, fences: fences}
-				if len(fences) > 0 {
-					l.fence = fences[0]
+				l.multi = &batchInfo{resources: tg.batch.resources, keys: tg.batch.keys, fences: res.fences}
+				if len(res.fences) > 0 {
+					l.fence = res.fences[0]
 				}
 			}
-			if m.cfg.replicas > 0 && replicas < m.cfg.replicas && m.cfg.replicaPolicy == ReplicaFail {
+			if m.cfg.replicas > 0 && res.replicas < m.cfg.replicas && m.cfg.replicaPolicy == ReplicaFail {
 				m.orphan(tg, token, l.validUntil.Time())
-				return nil, &ReplicaAckError{Want: m.cfg.replicas, Got: replicas}
+				return nil, &ReplicaAckError{Want: m.cfg.replicas, Got: res.replicas}
 			}
 			if !monoNow().Before(l.validUntil) {
 				// The reply came after the lock would have expired. The
@@ -426,7 +442,7 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 				if fw != nil {
 					// Queue again, with the new token.
 					if entry := m.queues.giveUp(queue, fw); entry != "" {
-						m.leaveQueued(tg.key, fw, entry)
+						m.leaveQueued(ctx, tg.key, fw, entry)
 					}
 					fw = newFairWaiter(token, ac, waitUntil)
 					m.queues.setHead(queue, fw)
@@ -446,9 +462,12 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 			}
 			return l, nil
 		}
+		if err == nil {
+			lastErr = nil // Redis answered: the lock is held
+		}
 		notAcquired := ErrNotAcquired
-		if len(held) > 0 {
-			notAcquired = tg.batch.heldError(held)
+		if len(res.held) > 0 {
+			notAcquired = tg.batch.heldError(res.held)
 		}
 		if !wait {
 			return fail(notAcquired)
@@ -499,7 +518,7 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 			// watched for the first time gets one more look at once, as
 			// it may have been freed before the subscription.
 			added := false
-			for _, i := range held {
+			for _, i := range res.held {
 				if i < 1 || i > len(tg.batch.keys) || slices.Contains(watched, tg.batch.keys[i-1]) {
 					continue
 				}
@@ -515,15 +534,18 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 				continue
 			}
 			for _, k := range watched {
-				m.notify.refresh(ctx, k)
+				m.notify.refresh(k)
 			}
 		} else if m.notify != nil {
-			m.notify.refresh(ctx, tg.key)
+			m.notify.refresh(tg.key)
 		}
 		// The retry strategy counts the waits that ran their course; a
 		// hand-over cuts a wait short.
 		d, ok := nextWait(ac.retry, polls+1, waitUntil)
 		if !ok {
+			if lastErr != nil {
+				return fail(errors.Join(notAcquired, lastErr)) // keep why the last attempt failed
+			}
 			return fail(notAcquired)
 		}
 		if fw != nil {
@@ -556,6 +578,61 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 			return fail(ErrClosed)
 		}
 	}
+}
+
+// attemptResult is what one acquire attempt learned.
+type attemptResult struct {
+	status   int // attemptContended, attemptFresh or attemptReplay
+	replicas int
+	fence    uint64
+	fences   []uint64 // a batch's
+	held     []int    // a contended batch's: indices of the keys others hold (1-based)
+}
+
+// attemptArgs is one acquire attempt: a fair waiter's (fw set), a single
+// lock's or a batch's.
+type attemptArgs struct {
+	tg                  target
+	token               string
+	tokenArg            any
+	ac                  *acquireConfig
+	fw                  *fairWaiter
+	sendAt              time.Time
+	firstTry, queueNext bool // single lock: see attempt
+	first, mark         bool // batch: see attemptBatch
+}
+
+// send makes one acquire attempt, bounded by ctx and deadline (see
+// bounded). An attempt whose caller stopped waiting is settled when its
+// reply comes: a token that may hold the keys goes to the reaper at once.
+func (m *Manager) send(ctx context.Context, deadline time.Time, a attemptArgs) (attemptResult, error) {
+	if err := ctx.Err(); err != nil {
+		return attemptResult{}, err
+	}
+	if m.direct(ctx, deadline) {
+		return m.attemptOnce(ctx, &a)
+	}
+	b := a // captured by the exchange's goroutine; a stays on the stack
+	return exchange(m, ctx, deadline, func(ctx context.Context) (attemptResult, error) {
+		return m.attemptOnce(ctx, &b)
+	}, func(res attemptResult, err error) {
+		if err != nil || res.status != attemptContended {
+			m.orphan(b.tg, b.token, b.sendAt.Add(b.ac.ttl))
+		}
+	})
+}
+
+// attemptOnce makes the attempt a describes.
+func (m *Manager) attemptOnce(ctx context.Context, a *attemptArgs) (res attemptResult, err error) {
+	switch {
+	case a.fw != nil:
+		res.status, res.fence, err = m.attemptQueued(ctx, a.tg.key, a.fw, a.ac)
+	case a.tg.batch == nil:
+		res.status, res.fence, res.replicas, err = m.attempt(ctx, a.tg.key, a.token, a.tokenArg, a.ac, a.firstTry, a.queueNext)
+	default:
+		res.status, res.fences, res.held, res.replicas, err = m.attemptBatch(ctx, a.tg.batch, a.token, a.ac, a.first, a.mark)
+	}
+	return res, err
 }
 
 // attempt makes one acquire attempt: one round trip, or two for a contended
@@ -737,8 +814,11 @@ func (m *Manager) Do(ctx context.Context, resource string, fn func(ctx context.C
 
 // Close stops the watchdog, releases every lock this Manager still holds
 // (best effort, bounded by ctx; their Done channels close), and waits for
-// the Manager's goroutine. Calls made after Close return ErrClosed; a second
-// Close returns ErrClosed.
+// the Manager's goroutines. With ctx already ended it still makes one try,
+// bounded by a second. It returns an error that says how many locks it
+// could not release, and how many exchanges with Redis were still without
+// a reply when ctx ended (they end by the client's own timeouts). Calls
+// made after Close return ErrClosed; a second Close returns ErrClosed.
 func (m *Manager) Close(ctx context.Context) error {
 	if err := m.usable(); err != nil {
 		return err
@@ -750,15 +830,35 @@ func (m *Manager) Close(ctx context.Context) error {
 	m.closeOnce.Do(func() {
 		m.closed.Store(true)
 		close(m.closing)
-		locks, orphans := m.sched.stop()
+		m.sched.stop()
 		m.unregister()
+		if ctx.Err() != nil {
+			// Try once even so, bounded: the keys would otherwise stay
+			// until their TTL.
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), closeGrace)
+			defer cancel()
+		}
+		// Renewals and releases in flight end first (their tokens may
+		// come back as orphans), for a moment at most.
+		wctx, wcancel := context.WithTimeout(ctx, closeGrace)
+		m.io.wait(wctx)
+		wcancel()
+		locks, orphans := m.sched.take()
 		err = m.releaseAll(ctx, locks, orphans)
 		if m.notify != nil {
 			m.notify.close()
 		}
+		if n := m.io.wait(ctx); n > 0 {
+			err = errors.Join(err, fmt.Errorf("shardlock: close: %d exchanges with Redis still without a reply; they end by the client's timeouts", n))
+		}
 	})
 	return err
 }
+
+// closeGrace bounds Close's wait for exchanges in flight, and its one try
+// at releasing when its context has already ended.
+const closeGrace = time.Second
 
 // releaseAll releases what Close found held: locks and orphaned tokens.
 func (m *Manager) releaseAll(ctx context.Context, locks []*Lock, orphans []orphan) error {
@@ -802,7 +902,17 @@ func (m *Manager) releaseLocks(ctx context.Context, locks []*Lock, orphans []orp
 				calls[i] = scriptCall{script: scripts.Release, keys: l.keys[:], args: l.args[:]}
 			}
 		}
-		runBatch(ctx, m.client, calls)
+		if err := m.bounded(ctx, time.Time{}, func(ctx context.Context) error {
+			runBatch(ctx, m.client, calls)
+			return nil
+		}, nil); err != nil {
+			// No reply in time (calls belongs to the exchange now): all
+			// are left, their outcomes unknown.
+			for i := range items {
+				items[i].ambiguous = true
+			}
+			return err
+		}
 		var (
 			rest     []item
 			firstErr error

@@ -267,7 +267,19 @@ func (m *Manager) tryGroups(ctx context.Context, groups []*batchInfo, opts []Acq
 		calls[i] = scriptCall{script: scripts.AcquireBatch, keys: keys, args: []any{atts[i].token, ac.ttlMs, fencing, luaFlag(true), luaFlag(false)}}
 	}
 	sentAt := time.Now()
-	runBatch(ctx, m.client, calls)
+	if err := m.bounded(ctx, time.Time{}, func(ctx context.Context) error {
+		runBatch(ctx, m.client, calls)
+		return nil
+	}, func(error) {
+		// The caller has gone: whatever the attempts took is released.
+		for _, a := range atts {
+			for _, k := range a.b.keys {
+				m.reap(k, a.token, sentAt.Add(a.ac.ttl))
+			}
+		}
+	}); err != nil {
+		return make([]*Lock, len(groups)), 0, errors.Join(ErrNotAcquired, err)
+	}
 	locks := make([]*Lock, len(groups))
 	first, firstErr := len(groups), error(nil)
 	for i := range atts {

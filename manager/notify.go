@@ -21,6 +21,11 @@ import (
 type notifier struct {
 	m *Manager
 
+	// ctx bounds the subscription goroutines; close cancels it.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// mu guards the maps; no I/O is done while holding it.
 	mu     sync.Mutex
 	nodes  map[string]*nodeSub
 	chans  map[string]*chanWaiters
@@ -34,7 +39,8 @@ type nodeSub struct {
 }
 
 type chanWaiters struct {
-	node     *nodeSub // nil while not subscribed
+	node     *nodeSub      // nil while not subscribed
+	pending  chan struct{} // closed when the subscription attempt in flight ends; nil if none
 	watchers int
 	wakers   map[chan struct{}]struct{} // batch waiters, woken when the key is announced free
 }
@@ -43,8 +49,13 @@ type chanWaiters struct {
 // marked was deleted with nobody handed it (announce_free, handover.lua).
 const freePayload = "free"
 
+// subscribeWait bounds how long a waiter waits for its channel's
+// subscription before it waits anyway (it re-checks on a timer).
+const subscribeWait = time.Second
+
 func newNotifier(m *Manager) *notifier {
-	return &notifier{m: m, nodes: map[string]*nodeSub{}, chans: map[string]*chanWaiters{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &notifier{m: m, ctx: ctx, cancel: cancel, nodes: map[string]*nodeSub{}, chans: map[string]*chanWaiters{}}
 }
 
 // nodeClient returns the client of the master that serves key.
@@ -60,12 +71,13 @@ func (n *notifier) nodeClient(ctx context.Context, key string) (*redis.Client, e
 
 // watch keeps the channel of the lock at key subscribed, subscribing it
 // when no waiter of this Manager has yet; the returned function stops
-// watching.
+// watching. It waits for a new subscription until it is made, ctx ends or
+// subscribeWait passes, whichever comes first.
 func (n *notifier) watch(ctx context.Context, key string) (unwatch func()) {
 	ch := sharding.ChannelName(key)
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	if n.closed {
+		n.mu.Unlock()
 		return func() {}
 	}
 	cw := n.chans[ch]
@@ -74,31 +86,84 @@ func (n *notifier) watch(ctx context.Context, key string) (unwatch func()) {
 		n.chans[ch] = cw
 	}
 	cw.watchers++
-	if cw.node == nil {
-		cw.node = n.subscribeLocked(ctx, key, ch)
+	pending := n.subscribeLocked(key, ch, cw)
+	n.mu.Unlock()
+	if pending != nil {
+		t := time.NewTimer(subscribeWait)
+		select {
+		case <-pending:
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
 	}
 	return func() { n.unwatch(ch) }
 }
 
-// subscribeLocked subscribes ch on the connection of the node serving key.
-func (n *notifier) subscribeLocked(ctx context.Context, key, ch string) *nodeSub {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	node, err := n.nodeClient(ctx, key)
-	if err != nil || node == nil {
+// subscribeLocked starts subscribing cw's channel ch, unless it is
+// subscribed or being subscribed, and returns the channel that closes when
+// the attempt ends (nil when subscribed). n.mu must be held.
+func (n *notifier) subscribeLocked(key, ch string, cw *chanWaiters) chan struct{} {
+	if cw.node != nil {
 		return nil
 	}
+	if cw.pending == nil {
+		p := make(chan struct{})
+		cw.pending = p
+		n.wg.Go(func() { n.subscribe(key, ch, cw, p) })
+	}
+	return cw.pending
+}
+
+// subscribe subscribes ch on the connection of the node serving key, then
+// records it on cw (or, if nobody watches ch any more, unsubscribes), and
+// closes p.
+func (n *notifier) subscribe(key, ch string, cw *chanWaiters, p chan struct{}) {
+	defer close(p)
+	ctx, cancel := context.WithTimeout(n.ctx, subscribeWait)
+	defer cancel()
+	var ns *nodeSub
+	node, err := n.nodeClient(ctx, key)
+	if err == nil && node != nil {
+		if ns = n.nodeSub(node); ns != nil {
+			err = ns.ps.SSubscribe(ctx, ch)
+		}
+	}
+	n.mu.Lock()
+	cw.pending = nil
+	watched := false
+	if err == nil && ns != nil && !n.closed {
+		if cur := n.chans[ch]; cur != nil {
+			watched = true
+			if cur.node == nil {
+				cur.node = ns
+			}
+		}
+	}
+	n.mu.Unlock()
+	switch {
+	case err != nil:
+		n.m.log.Debug("subscribe failed; waiting by polling", zap.String("event", "subscribe_failed"), zap.Error(err))
+	case ns != nil && !watched:
+		_ = ns.ps.SUnsubscribe(ctx, ch) // nobody watches it any more
+	}
+}
+
+// nodeSub returns the subscription connection of node, making it (no I/O:
+// the connection is made by its first command) if needed; nil once closed.
+func (n *notifier) nodeSub(node *redis.Client) *nodeSub {
 	addr := node.Options().Addr
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return nil
+	}
 	ns := n.nodes[addr]
 	if ns == nil {
-		ns = &nodeSub{addr: addr, ps: node.SSubscribe(ctx)}
+		ns = &nodeSub{addr: addr, ps: node.SSubscribe(n.ctx)}
 		n.nodes[addr] = ns
 		msgs := ns.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
 		n.wg.Go(func() { n.deliver(ns, msgs) })
-	}
-	if err := ns.ps.SSubscribe(ctx, ch); err != nil {
-		n.m.log.Debug("subscribe failed; waiting by polling", zap.String("event", "subscribe_failed"), zap.Error(err))
-		return nil
 	}
 	return ns
 }
@@ -140,22 +205,29 @@ func (n *notifier) wakeFree(ch string) {
 	}
 }
 
+// unwatch stops one waiter's watch of ch; the last one's unsubscribes, in
+// the background.
 func (n *notifier) unwatch(ch string) {
 	n.mu.Lock()
-	defer n.mu.Unlock()
 	cw := n.chans[ch]
 	if cw == nil {
+		n.mu.Unlock()
 		return
 	}
 	cw.watchers--
 	if cw.watchers > 0 {
+		n.mu.Unlock()
 		return
 	}
 	delete(n.chans, ch)
-	if cw.node != nil && !n.closed {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = cw.node.ps.SUnsubscribe(ctx, ch)
-		cancel()
+	node, closed := cw.node, n.closed
+	n.mu.Unlock()
+	if node != nil && !closed {
+		n.wg.Go(func() {
+			ctx, cancel := context.WithTimeout(n.ctx, subscribeWait)
+			defer cancel()
+			_ = node.ps.SUnsubscribe(ctx, ch)
+		})
 	}
 }
 
@@ -190,8 +262,9 @@ func (n *notifier) deliver(ns *nodeSub, msgs <-chan any) {
 	}
 }
 
-// close ends every subscription and waits for the delivery goroutines.
+// close ends every subscription and waits for the notifier's goroutines.
 func (n *notifier) close() {
+	n.cancel()
 	n.mu.Lock()
 	n.closed = true
 	nodes := n.nodes
@@ -203,12 +276,13 @@ func (n *notifier) close() {
 	n.wg.Wait()
 }
 
-// refresh subscribes key's channel again if the server dropped it.
-func (n *notifier) refresh(ctx context.Context, key string) {
+// refresh subscribes key's channel again, in the background, if the
+// server dropped it.
+func (n *notifier) refresh(key string) {
 	ch := sharding.ChannelName(key)
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if cw := n.chans[ch]; cw != nil && cw.node == nil && !n.closed {
-		cw.node = n.subscribeLocked(ctx, key, ch)
+	if cw := n.chans[ch]; cw != nil && !n.closed {
+		n.subscribeLocked(key, ch, cw)
 	}
 }

@@ -4,10 +4,13 @@ import (
 	"container/heap"
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/shardlock/shardlock/internal/scripts"
@@ -83,7 +86,7 @@ const drainAt = 1024
 // before their first renewal, and the loop drops those when it drains the
 // list, so they never cost a heap insertion and removal.
 func (s *scheduler) add(l *Lock) bool {
-	due, slack := l.nextDueLocked(), l.interval/4 // l is not shared yet
+	due, slack := l.nextDueLocked() // l is not shared yet
 	s.mu.Lock()
 	if s.stopped {
 		s.mu.Unlock()
@@ -168,13 +171,19 @@ func (s *scheduler) addOrphan(key, token string, deadline time.Time) bool {
 	return true
 }
 
-// stop ends the goroutine, waits for it, and hands back what it watched.
-func (s *scheduler) stop() ([]*Lock, []orphan) {
+// stop ends the goroutine and waits for it; renewals and orphan releases
+// in flight are cancelled (see Manager.io for their goroutines).
+func (s *scheduler) stop() {
 	s.mu.Lock()
 	s.stopped = true
 	s.mu.Unlock()
 	s.cancel()
 	<-s.exited
+}
+
+// take hands back, after stop, what the scheduler watched: the locks still
+// held and the orphaned tokens.
+func (s *scheduler) take() ([]*Lock, []orphan) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.drainLocked()
@@ -268,6 +277,12 @@ type renewal struct {
 	sentAt time.Time
 }
 
+// process handles what collect found due: it fires max holds, declares
+// lost the locks whose validity ran out, and sends the renewals and
+// orphan releases due, in one pipeline per node, on a goroutine of their
+// own: the loop never waits for Redis, so a renewal stuck in I/O cannot
+// delay another lock's loss (a lock being renewed stays in the heap, due
+// at the end of its validity).
 func (s *scheduler) process(nowTime time.Time, due []*Lock, orphans []orphan) {
 	defer func() {
 		s.mu.Lock()
@@ -295,20 +310,24 @@ func (s *scheduler) process(nowTime time.Time, due []*Lock, orphans []orphan) {
 			l.mu.Lock()
 		}
 		if !now.Before(l.validUntil) {
+			fails := l.renewFails
 			l.mu.Unlock()
 			cause := errors.New("validity ran out with no successful renewal")
-			if l.maxFired {
+			switch {
+			case l.maxFired:
 				cause = ErrMaxHoldExceeded
+			case fails > 0:
+				cause = fmt.Errorf("validity ran out with no successful renewal (%d failed in a row)", fails)
 			}
 			l.markLost(cause)
 			continue
 		}
-		if l.watchdog && !l.maxFired && !now.Add(l.interval/4).Before(l.nextRenew) {
+		if l.renewDueLocked(now) {
+			l.renewing = true
 			r := renewal{l: l, ttl: l.ttl, sentAt: time.Now()}
 			if deadline.IsZero() || l.validUntil.Time().Before(deadline) {
 				deadline = l.validUntil.Time()
 			}
-			l.mu.Unlock()
 			renewals = append(renewals, r)
 			script := scripts.Extend
 			if l.multi != nil {
@@ -316,9 +335,8 @@ func (s *scheduler) process(nowTime time.Time, due []*Lock, orphans []orphan) {
 			}
 			calls = append(calls, scriptCall{script: script, keys: l.scriptKeys(),
 				args: []any{l.token, strconv.FormatInt(r.ttl.Milliseconds(), 10)}})
-			continue
 		}
-		d, slack := l.nextDueLocked(), l.interval/4
+		d, slack := l.nextDueLocked()
 		l.mu.Unlock()
 		s.reinsert(l, d, slack)
 	}
@@ -334,24 +352,40 @@ func (s *scheduler) process(nowTime time.Time, due []*Lock, orphans []orphan) {
 	// One pipeline per node; bounded by the earliest validity in the batch,
 	// and by Close.
 	ctx, cancel := context.WithDeadline(s.ctx, deadline)
-	runBatch(ctx, s.m.renew, calls)
-	cancel()
+	s.m.io.goFn(func() {
+		defer cancel()
+		runBatch(ctx, s.m.renew, calls)
+		for i, r := range renewals {
+			s.renewResult(r, calls[i])
+		}
+		for i, o := range orphans {
+			s.orphanResult(o, calls[len(renewals)+i])
+		}
+	})
+}
 
-	for i, r := range renewals {
-		s.renewResult(r, calls[i])
-	}
-	for i, o := range orphans {
-		s.orphanResult(o, calls[len(renewals)+i])
-	}
+// cannotHeal reports whether a renewal error will come again however often
+// it is retried: a closed client, a key of another type, no permission.
+func cannotHeal(err error) bool {
+	return errors.Is(err, redis.ErrClosed) || isWrongType(err) ||
+		(isReply(err) && strings.HasPrefix(err.Error(), "NOPERM"))
 }
 
 func (s *scheduler) renewResult(r renewal, c scriptCall) {
 	l := r.l
 	res, err := c.cmd.Int64()
+	l.mu.Lock()
+	l.renewing = false
+	fails := l.renewFails
+	l.mu.Unlock()
 	switch {
 	case err == nil && res == 1:
 		l.cls.Renewed("")
-		l.renewed(r.sentAt, r.ttl) // reschedules (idx is -2: reinsert below)
+		if fails > 0 {
+			s.m.log.Info("lock renewal succeeded again", s.m.fields(context.Background(), "renew_recovered", l, zap.Int("failures", fails))...)
+		}
+		l.renewed(r.sentAt, r.ttl) // reschedules
+		return
 	case err == nil && res == 0:
 		l.cls.Renewed(metrics.ReasonExpired)
 		l.markLost(ErrExpired)
@@ -360,25 +394,31 @@ func (s *scheduler) renewResult(r renewal, c scriptCall) {
 		l.cls.Renewed(metrics.ReasonNotHeld)
 		l.markLost(ErrNotHeld)
 		return
-	default:
+	case cannotHeal(err):
 		l.cls.Renewed(metrics.ReasonRedisError)
-		// Transient or unknown: try again soon, while the lock is still valid.
-		l.mu.Lock()
-		retry := monoNow().Add(min(l.interval/4, 250*time.Millisecond))
-		if retry.After(l.validUntil) {
-			retry = l.validUntil
-		}
-		l.nextRenew = retry
-		l.mu.Unlock()
-		s.m.log.Warn("lock renewal failed; retrying", s.m.fields(context.Background(), "renew_failed", l, zap.Error(err))...)
+		l.markLost(fmt.Errorf("renewal cannot succeed: %w", err))
+		return
 	}
+	// Transient or unknown: try again, backing off (jittered, doubling
+	// from 10 ms to 500 ms, at most the renew interval), while the lock is
+	// still valid. One log line when renewals start failing; the next
+	// success or the loss says how many failed.
+	l.cls.Renewed(metrics.ReasonRedisError)
 	l.mu.Lock()
+	l.renewFails++
+	fails = l.renewFails
+	l.nextRenew = monoNow().Add(min(transientBackoff(fails), l.interval))
 	held := l.state == stateHeld
-	d, slack := l.nextDueLocked(), l.interval/4
+	due, slack := l.nextDueLocked()
 	l.mu.Unlock()
-	if held {
-		s.reinsert(l, d, slack)
+	if !held {
+		return
 	}
+	if fails == 1 {
+		s.m.log.Warn("lock renewal failed; retrying until it succeeds or the lock's validity runs out",
+			s.m.fields(context.Background(), "renew_failed", l, zap.Error(err))...)
+	}
+	s.schedule(l, due, slack)
 }
 
 // reinsert puts a lock taken out by collect back into the heap, unless it
@@ -412,8 +452,12 @@ func (s *scheduler) orphanResult(o orphan, c scriptCall) {
 		return
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.orphans = append(s.orphans, o) // after stop, Close releases what is left
+	wake := monoOf(o.next).Before(s.sleepUntil)
+	s.mu.Unlock()
+	if wake {
+		s.poke()
+	}
 }
 
 // eachHeld yields every lock held now, with its class, for the metrics'

@@ -99,7 +99,10 @@ func (m *Manager) AcquireAny(ctx context.Context, resource string, permits int, 
 		}
 	}()
 	for round := 1; ; round++ {
-		free := m.freePermits(ctx, names)
+		free, err := m.freePermits(ctx, names)
+		if err != nil {
+			return nil, errors.Join(ErrNotAcquired, err)
+		}
 		start := rand.IntN(permits)
 		for k := range permits {
 			i := (start + k) % permits
@@ -132,18 +135,21 @@ func (m *Manager) AcquireAny(ctx context.Context, resource string, permits int, 
 // freePermits reads which of the permits (resources) look free, with one
 // pipelined GET each (one pipeline per node). A permit whose read failed
 // counts as free: the attempt on it finds out.
-func (m *Manager) freePermits(ctx context.Context, resources []string) []bool {
-	pipe := m.client.Pipeline()
-	cmds := make([]*redis.StringCmd, len(resources))
-	for i, r := range resources {
-		key, _ := sharding.LockKey(m.cfg.prefix, r) // checked by stripeName
-		cmds[i] = pipe.Get(ctx, key)
-	}
-	_, _ = pipe.Exec(ctx) // per-command results below; nil means free
-	free := make([]bool, len(resources))
-	for i, c := range cmds {
-		err := c.Err()
-		free[i] = err != nil // redis.Nil: free; another error: let the attempt tell
-	}
-	return free
+// It returns an error only when Redis did not answer by ctx's end.
+func (m *Manager) freePermits(ctx context.Context, resources []string) ([]bool, error) {
+	return exchange(m, ctx, time.Time{}, func(ctx context.Context) ([]bool, error) {
+		pipe := m.client.Pipeline()
+		cmds := make([]*redis.StringCmd, len(resources))
+		for i, r := range resources {
+			key, _ := sharding.LockKey(m.cfg.prefix, r) // checked by stripeNames
+			cmds[i] = pipe.Get(ctx, key)
+		}
+		_, _ = pipe.Exec(ctx) // per-command results below; nil means free
+		free := make([]bool, len(resources))
+		for i, c := range cmds {
+			err := c.Err()
+			free[i] = err != nil // redis.Nil: free; another error: let the attempt tell
+		}
+		return free, nil
+	}, nil)
 }

@@ -1,0 +1,247 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Calls that outlive their callers.
+//
+// go-redis bounds a command by the caller's context only with
+// ContextTimeoutEnabled, and its auto-pipeliner not even then: a hung
+// server (SIGSTOP, a long script, a dead link with open sockets) holds a
+// command for the client's ReadTimeout or longer. shardlock promises that
+// a call returns by its context's deadline whatever the client's options,
+// so where the client cannot be trusted with the deadline, the exchange
+// with Redis runs in a goroutine of the Manager's and the caller stops
+// waiting at the deadline. What the exchange did is then settled when its
+// reply comes: an acquire that took the key releases it at once. Close
+// waits for these goroutines.
+
+// abandonedError is the error of a call whose caller stopped waiting
+// before its reply: it matches the context's error. What was sent may
+// still run; the Manager settles it when the reply comes.
+type abandonedError struct{ cause error }
+
+func (e *abandonedError) Error() string {
+	return "shardlock: no reply from Redis in time: " + e.cause.Error()
+}
+
+func (e *abandonedError) Unwrap() error { return e.cause }
+
+// lateGrace is how long a call that reached its own deadline (not its
+// context's) still waits for the reply: the exchange runs under the same
+// deadline, so a client that honours it answers within moments, with the
+// error that says why (a refused connection, say).
+const lateGrace = 20 * time.Millisecond
+
+// inflight counts the Manager's goroutines that carry exchanges with Redis.
+type inflight struct {
+	mu   sync.Mutex
+	n    int
+	zero chan struct{} // closed when n drops to 0; made by wait
+}
+
+func (f *inflight) add() {
+	f.mu.Lock()
+	f.n++
+	f.mu.Unlock()
+}
+
+func (f *inflight) done() {
+	f.mu.Lock()
+	f.n--
+	if f.n == 0 && f.zero != nil {
+		close(f.zero)
+		f.zero = nil
+	}
+	f.mu.Unlock()
+}
+
+// wait waits until no exchange is in flight, or until ctx ends; it returns
+// how many were still in flight then.
+func (f *inflight) wait(ctx context.Context) int {
+	f.mu.Lock()
+	if f.n == 0 {
+		f.mu.Unlock()
+		return 0
+	}
+	if f.zero == nil {
+		f.zero = make(chan struct{})
+	}
+	z := f.zero
+	f.mu.Unlock()
+	select {
+	case <-z:
+		return 0
+	case <-ctx.Done():
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return f.n
+	}
+}
+
+// go runs fn in a goroutine that Close waits for.
+func (f *inflight) goFn(fn func()) {
+	f.add()
+	go func() {
+		defer f.done()
+		fn()
+	}()
+}
+
+// honoursDeadlines reports whether every command c sends is bounded by its
+// context's deadline: a *redis.Client or *redis.ClusterClient with
+// ContextTimeoutEnabled (an auto-pipeliner never is).
+func honoursDeadlines(c redis.UniversalClient) bool {
+	switch c := c.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
+}
+
+// direct reports whether an exchange under ctx, bounded by deadline (zero:
+// none), can run on the caller's goroutine: the client bounds it by ctx's
+// deadline, which comes no later than deadline, or there is nothing to
+// bound it by.
+func (m *Manager) direct(ctx context.Context, deadline time.Time) bool {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return deadline.IsZero() && ctx.Done() == nil
+	}
+	return m.deadlines && (deadline.IsZero() || !d.After(deadline))
+}
+
+// call states
+const (
+	callRunning int32 = iota
+	callAnswered
+	callAbandoned
+)
+
+// bounded runs op, one exchange with Redis, so that it returns by ctx's
+// end and by deadline (zero: none), whatever the client's timeouts. An
+// ended ctx returns its error at once and sends nothing. When the caller
+// stops waiting first, bounded returns an *abandonedError (matching the
+// context's error) and op goes on in the background; late, if not nil,
+// then gets op's error once op has returned, on op's goroutine, to settle
+// what op did.
+func (m *Manager) bounded(ctx context.Context, deadline time.Time, op func(context.Context) error, late func(error)) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if m.direct(ctx, deadline) {
+		return op(ctx)
+	}
+	opCtx, cancel := ctx, context.CancelFunc(nil)
+	if !deadline.IsZero() {
+		if d, ok := ctx.Deadline(); !ok || deadline.Before(d) {
+			opCtx, cancel = context.WithDeadline(ctx, deadline)
+		}
+	}
+	var state atomic.Int32
+	done := make(chan error, 1)
+	m.io.goFn(func() {
+		if cancel != nil {
+			defer cancel()
+		}
+		err := op(opCtx)
+		if state.CompareAndSwap(callRunning, callAnswered) {
+			done <- err
+			return
+		}
+		if late != nil {
+			late(err)
+		}
+	})
+	abandon := func(cause error) error {
+		if state.CompareAndSwap(callRunning, callAbandoned) {
+			return &abandonedError{cause: cause}
+		}
+		return <-done // answered meanwhile
+	}
+	var timeout <-chan time.Time
+	if cancel != nil {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return abandon(ctx.Err())
+	case <-timeout:
+		grace := time.NewTimer(lateGrace)
+		defer grace.Stop()
+		select {
+		case err := <-done:
+			return err
+		case <-grace.C:
+			return abandon(context.DeadlineExceeded)
+		}
+	}
+}
+
+// isAbandoned reports whether err is a call its caller stopped waiting for.
+func isAbandoned(err error) bool {
+	var ae *abandonedError
+	return errors.As(err, &ae)
+}
+
+// exchange is bounded for an exchange with a result: f's result, or the
+// zero T when the caller stopped waiting (late then gets f's result and
+// error when f returns).
+func exchange[T any](m *Manager, ctx context.Context, deadline time.Time, f func(context.Context) (T, error), late func(T, error)) (T, error) {
+	if err := ctx.Err(); err != nil {
+		var zero T
+		return zero, err
+	}
+	if m.direct(ctx, deadline) {
+		return f(ctx)
+	}
+	var out T // written on the exchange's goroutine
+	err := m.bounded(ctx, deadline, func(ctx context.Context) error {
+		var err error
+		out, err = f(ctx)
+		return err
+	}, func(err error) {
+		if late != nil {
+			late(out, err)
+		}
+	})
+	if isAbandoned(err) {
+		var zero T
+		return zero, err
+	}
+	return out, err
+}
+
+// runScript runs s on c bounded by ctx (see bounded), with EVALSHA and the
+// EVAL fallback.
+func (m *Manager) runScript(ctx context.Context, c redis.Scripter, s *redis.Script, keys []string, args ...any) *redis.Cmd {
+	if err := ctx.Err(); err != nil || !m.direct(ctx, time.Time{}) {
+		if err == nil {
+			var cmd *redis.Cmd
+			cmd, err = exchange(m, ctx, time.Time{}, func(ctx context.Context) (*redis.Cmd, error) {
+				cmd := s.Run(ctx, c, keys, args...)
+				return cmd, cmd.Err()
+			}, nil)
+			if cmd != nil {
+				return cmd
+			}
+		}
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(err)
+		return cmd
+	}
+	return s.Run(ctx, c, keys, args...)
+}
