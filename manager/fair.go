@@ -51,6 +51,10 @@ type fairWaiter struct {
 	regAt    time.Time // send time of the first write that queued entry
 	left     bool      // gave up or acquired otherwise
 	took     bool      // acquired: by a hand-over, or by finding its own token (a re-check)
+	// handing: a release of this process's holder is queueing w or handing
+	// it the lock (nextForRelease); w makes no attempt of its own until
+	// afterRelease settles it, or w's entry would be queued twice.
+	handing bool
 	ch       chan grantMsg
 }
 
@@ -150,14 +154,18 @@ func (lq *localQueues) setHead(q *localQueue, w *fairWaiter) (holderPresent bool
 }
 
 // markQueued records that w's entry is being queued by a write sent at
-// sentAt. It reports false when w is queued already.
-func (lq *localQueues) markQueued(w *fairWaiter, sentAt time.Time) (entry string, recheck bool) {
+// sentAt. It reports recheck when w is queued already, and skip when a
+// local release is handing w the lock (w then makes no attempt).
+func (lq *localQueues) markQueued(w *fairWaiter, sentAt time.Time) (entry string, recheck, skip bool) {
 	lq.mu.Lock()
 	defer lq.mu.Unlock()
-	if w.entry != "" {
-		return w.entry, true
+	if w.handing {
+		return "", false, true
 	}
-	return w.queueLocked(sentAt), false
+	if w.entry != "" {
+		return w.entry, true, false
+	}
+	return w.queueLocked(sentAt), false, false
 }
 
 // queueLocked gives w its entry, to be written by a command sent at sentAt:
@@ -226,6 +234,7 @@ func (lq *localQueues) nextForRelease(l *Lock) handover {
 		return handover{}
 	}
 	sentAt := time.Now()
+	w.handing = true
 	return handover{w: w, q: q, local: q.streak < maxLocalHandoffs, entry: w.queueLocked(sentAt), sentAt: sentAt}
 }
 
@@ -239,6 +248,7 @@ func (m *Manager) afterRelease(l *Lock, h handover, code int64, fence uint64, se
 	lq.mu.Lock()
 	defer lq.mu.Unlock()
 	w := h.w
+	w.handing = false
 	switch {
 	case code == 3: // w holds the lock now
 		if h.local {
@@ -312,7 +322,10 @@ func channelKey(ch string) string { return strings.TrimSuffix(ch, sharding.Chann
 // attemptQueued runs acquire_queue.lua for w: take the key if free, else
 // queue w's entry (or, on a re-check, make sure it is queued).
 func (m *Manager) attemptQueued(ctx context.Context, key string, w *fairWaiter, ac *acquireConfig) (status int, fence uint64, err error) {
-	entry, recheck := m.queues.markQueued(w, time.Now())
+	entry, recheck, skip := m.queues.markQueued(w, time.Now())
+	if skip {
+		return attemptContended, 0, nil // a local release is handing w the lock: wait for it
+	}
 	res, err := scripts.AcquireQueue.Run(ctx, m.cmd, []string{key, sharding.QueueKey(key), sharding.FenceKey(key)},
 		w.token, ac.ttlMs, luaFlag(ac.fencing), entry, luaFlag(recheck)).Slice()
 	status, fence, err = parseFenced(res, err)

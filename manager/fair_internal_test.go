@@ -7,6 +7,9 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/shardlock/shardlock/internal/scripts"
+	"github.com/shardlock/shardlock/sharding"
 )
 
 // A re-sent acquire finds its own token in the key, with or without the
@@ -88,4 +91,59 @@ func TestLateHandoverReplyKeepsWaitersLock(t *testing.T) {
 	if got, _ := mr.Get(holder.key); got != w.token+QueuedMark {
 		t.Fatalf("the waiter's lock was released behind its back: key holds %q", got)
 	}
+}
+
+// While a release of this process's holder is handing the lock to the next
+// local waiter, that waiter's own attempt must not queue it in Redis: the
+// release grants it directly, and the entry left in the queue was later
+// handed the lock again, after its waiter had released it, which stalled
+// the lock for a whole TTL (the slot-migration fault run found it).
+func TestLocalHandoverAndOwnAttemptQueueOnce(t *testing.T) {
+	mr := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer c.Close()
+	m, err := New(c, WithStartupCheck(0), WithAutoPipeline(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(context.Background())
+	ctx := context.Background()
+	holder, err := m.TryAcquire(ctx, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := m.queues.join(holder.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.queues.leave(holder.key, q)
+	m.queues.acquired(q, nil, holder)
+	ac := m.defaultAC
+	w := newFairWaiter(newToken("w", time.Now()), &ac, time.Now().Add(time.Minute))
+	m.queues.setHead(q, w)
+	h := m.queues.nextForRelease(holder) // the holder's release picks w...
+	if h.w != w {
+		t.Fatal("the release did not pick the waiter")
+	}
+	// ... and w's own re-check runs before that release reaches Redis.
+	status, _, err := m.attemptQueued(ctx, holder.key, w, &ac)
+	if err != nil || status != attemptContended {
+		t.Fatalf("attemptQueued = %d, %v", status, err)
+	}
+	if n, _ := c.LLen(ctx, sharding.QueueKey(holder.key)).Result(); n != 0 {
+		t.Fatalf("the waiter queued itself while the release was handing it the lock (%d entries)", n)
+	}
+	res, err := scripts.Release.Run(ctx, c, []string{holder.key}, holder.token, h.entry, luaFlag(h.local)).Result()
+	code, fence, err := parseRelease(res, err)
+	if err != nil || code != 3 {
+		t.Fatalf("release = %d, %v", code, err)
+	}
+	m.afterRelease(holder, h, code, fence, time.Now(), false)
+	if g := <-w.ch; g.retry {
+		t.Fatal("the waiter was told to retry, not handed the lock")
+	}
+	if n, _ := c.LLen(ctx, sharding.QueueKey(holder.key)).Result(); n != 0 {
+		t.Fatalf("%d stale entries in the queue after the hand-over", n)
+	}
+	_ = c.Del(ctx, holder.key)
 }
