@@ -28,6 +28,8 @@ go vet ./...
 echo "== go test -race ./..."
 go test -race -count=1 -timeout 15m "$@" ./...
 if [ $# -eq 0 ]; then
+  echo "== fuzz the public API for a few seconds (go test -fuzz FuzzPublicAPI)"
+  go test -run '^$' -fuzz '^FuzzPublicAPI$' -fuzztime "${FUZZTIME:-10s}" ./manager
   echo "== benchmarks compile and run once (go test -bench . -benchtime 1x)"
   go test -run '^$' -bench . -benchtime 1x -timeout 10m ./... >/dev/null
 fi

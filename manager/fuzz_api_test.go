@@ -1,0 +1,227 @@
+package manager_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardlock/shardlock/manager"
+)
+
+// fuzzInput reads a fuzzer's bytes as small choices; past the end every
+// choice is 0.
+type fuzzInput struct {
+	b []byte
+	s []string
+}
+
+func (in *fuzzInput) byte() byte {
+	if len(in.b) == 0 {
+		return 0
+	}
+	v := in.b[0]
+	in.b = in.b[1:]
+	return v
+}
+
+func (in *fuzzInput) pick(n int) int { return int(in.byte()) % n }
+
+// duration picks from durations that matter at the edges.
+func (in *fuzzInput) duration() time.Duration {
+	ds := []time.Duration{0, -1, 1, time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond,
+		50 * time.Millisecond, time.Second, 3 * time.Second, manager.MaxTTL, manager.MaxTTL + 1, math.MaxInt64, math.MinInt64}
+	return ds[in.pick(len(ds))]
+}
+
+func (in *fuzzInput) resource() string {
+	if len(in.s) > 0 && in.pick(3) == 0 {
+		return in.s[in.pick(len(in.s))]
+	}
+	rs := []string{"r", "{r}", "x", "{g}:a", "{g}:b", "", "a}b", "x:fence", "\xff", "中文", "{}", "{{a}}b",
+		strings.Repeat("r", manager.MaxResourceLen), strings.Repeat("r", manager.MaxResourceLen+1)}
+	return rs[in.pick(len(rs))]
+}
+
+func (in *fuzzInput) retry() manager.RetryStrategy {
+	switch in.pick(8) {
+	case 0:
+		return nil
+	case 1:
+		return manager.NoRetry()
+	case 2:
+		return manager.LinearBackoff(in.duration())
+	case 3:
+		return manager.ExponentialBackoff(in.duration(), in.duration())
+	case 4:
+		return manager.LimitRetry(manager.LinearBackoff(in.duration()), in.pick(5)-1)
+	case 5:
+		return manager.LimitRetry(nil, 3)
+	case 6:
+		return manager.RetryFunc(nil)
+	}
+	return manager.DefaultRetry()
+}
+
+// acquireOptions picks per-acquire options; waits stay short so a run is quick.
+func (in *fuzzInput) acquireOptions() []manager.AcquireOption {
+	var opts []manager.AcquireOption
+	for range in.pick(4) {
+		switch in.pick(8) {
+		case 0:
+			opts = append(opts, manager.AcquireWithTTL(in.duration()))
+		case 1:
+			opts = append(opts, manager.AcquireWithWait(min(in.duration(), 20*time.Millisecond)))
+		case 2:
+			opts = append(opts, manager.AcquireWithRetry(in.retry()))
+		case 3:
+			opts = append(opts, manager.AcquireWithFencing())
+		case 4:
+			opts = append(opts, manager.AcquireWithMaxHold(in.duration()))
+		case 5:
+			opts = append(opts, manager.AcquireWithWatchdog(in.pick(2) == 0))
+		case 6:
+			opts = append(opts, manager.AcquireWithClass(in.resource()))
+		default:
+			opts = append(opts, nil)
+		}
+	}
+	return opts
+}
+
+// FuzzPublicAPI drives the manager's public API with random options and
+// inputs: a run never panics, every error for bad input is typed, and once
+// the manager is closed no lock key is left behind (fence counters are
+// kept by design).
+func FuzzPublicAPI(f *testing.F) {
+	f.Add([]byte{})
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
+	f.Add([]byte{3, 3, 3, 200, 7, 1, 9, 9, 2, 255, 4, 4, 4, 0, 1})
+	f.Add([]byte{9, 0, 9, 1, 9, 2, 9, 3, 9, 4, 9, 5, 9, 6, 9, 7, 9, 8})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		mr := miniredis.RunT(t)
+		c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		defer c.Close()
+		in := &fuzzInput{b: data}
+		opts := []manager.Option{manager.WithStartupCheck(0)}
+		for range in.pick(3) {
+			switch in.pick(6) {
+			case 0:
+				opts = append(opts, manager.WithTTL(in.duration()))
+			case 1:
+				opts = append(opts, manager.WithWait(min(in.duration(), 20*time.Millisecond)))
+			case 2:
+				opts = append(opts, manager.WithRetry(in.retry()))
+			case 3:
+				opts = append(opts, manager.WithFencing(in.pick(2) == 0))
+			case 4:
+				opts = append(opts, manager.WithMaxHold(in.duration()))
+			case 5:
+				opts = append(opts, manager.WithRenewInterval(in.duration()))
+			}
+		}
+		m, err := manager.New(c, opts...)
+		if err != nil {
+			if !errors.Is(err, manager.ErrInvalidArgument) {
+				t.Fatalf("New = %v", err)
+			}
+			return
+		}
+		ctx := context.Background()
+		var locks []*manager.Lock
+		var multis []*manager.MultiLock
+		check := func(op string, err error) {
+			if err != nil && !errors.Is(err, manager.ErrInvalidArgument) && !errors.Is(err, manager.ErrNotAcquired) &&
+				!errors.Is(err, manager.ErrLockLost) && !errors.Is(err, manager.ErrNotHeld) && !errors.Is(err, manager.ErrExpired) &&
+				!errors.Is(err, manager.ErrReleased) && !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("%s: unexpected error %v", op, err)
+			}
+		}
+		for step := 0; step < 12 && len(in.b) > 0; step++ {
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			switch in.pick(10) {
+			case 0:
+				l, err := m.TryAcquire(cctx, in.resource(), in.acquireOptions()...)
+				check("TryAcquire", err)
+				if err == nil {
+					locks = append(locks, l)
+				}
+			case 1:
+				l, err := m.Acquire(cctx, in.resource(), append(in.acquireOptions(), manager.AcquireWithWait(10*time.Millisecond))...)
+				check("Acquire", err)
+				if err == nil {
+					locks = append(locks, l)
+				}
+			case 2:
+				l, err := m.TryAcquireBatch(cctx, []string{in.resource(), in.resource()}, in.acquireOptions()...)
+				check("TryAcquireBatch", err)
+				if err == nil {
+					locks = append(locks, l)
+				}
+			case 3:
+				ml, err := m.AcquireMulti(cctx, []string{in.resource(), in.resource(), in.resource()},
+					append(in.acquireOptions(), manager.AcquireWithWait(10*time.Millisecond))...)
+				check("AcquireMulti", err)
+				if err == nil {
+					multis = append(multis, ml)
+				}
+			case 4:
+				l, err := m.AcquireAny(cctx, in.resource(), in.pick(5), append(in.acquireOptions(), manager.AcquireWithWait(10*time.Millisecond))...)
+				check("AcquireAny", err)
+				if err == nil {
+					locks = append(locks, l)
+				}
+			case 5:
+				l, err := m.AcquireStripe(cctx, in.resource(), in.pick(5), in.resource(), append(in.acquireOptions(), manager.AcquireWithWait(10*time.Millisecond))...)
+				check("AcquireStripe", err)
+				if err == nil {
+					locks = append(locks, l)
+				}
+			case 6:
+				panics := in.pick(2) == 0
+				func() {
+					defer func() { _ = recover() }()
+					err := m.Do(cctx, in.resource(), func(context.Context) error {
+						if panics {
+							panic("fuzz")
+						}
+						return nil
+					}, append(in.acquireOptions(), manager.AcquireWithWait(10*time.Millisecond))...)
+					check("Do", err)
+				}()
+			case 7:
+				if len(locks) > 0 {
+					check("Extend", locks[in.pick(len(locks))].Extend(cctx, in.duration()))
+				}
+			case 8:
+				if len(locks) > 0 {
+					_, err := locks[in.pick(len(locks))].TTL(cctx)
+					check("TTL", err)
+				}
+			case 9:
+				if len(locks) > 0 {
+					check("Release", locks[in.pick(len(locks))].Release(cctx))
+				} else if len(multis) > 0 {
+					check("MultiLock.Release", multis[in.pick(len(multis))].Release(cctx))
+				}
+			}
+			cancel()
+		}
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if err := m.Close(cctx); err != nil {
+			t.Fatalf("Close = %v", err)
+		}
+		for _, k := range mr.Keys() {
+			if !strings.HasSuffix(k, ":fence") {
+				v, _ := mr.Get(k)
+				t.Fatalf("key %q (%q) left behind after Close", k, v)
+			}
+		}
+	})
+}
