@@ -55,7 +55,7 @@ type fairWaiter struct {
 	// it the lock (nextForRelease); w makes no attempt of its own until
 	// afterRelease settles it, or w's entry would be queued twice.
 	handing bool
-	ch       chan grantMsg
+	ch      chan grantMsg
 }
 
 // grantMsg tells a fair waiter that it holds the lock (retry false), or that

@@ -40,23 +40,22 @@ func (e *abandonedError) Unwrap() error { return e.cause }
 // error that says why (a refused connection, say).
 const lateGrace = 20 * time.Millisecond
 
-// inflight counts the Manager's goroutines that carry exchanges with Redis.
+// inflight counts the Manager's goroutines that carry exchanges with
+// Redis. The count is an atomic: the hot path takes no lock.
 type inflight struct {
+	n    atomic.Int64
 	mu   sync.Mutex
-	n    int
-	zero chan struct{} // closed when n drops to 0; made by wait
+	zero chan struct{} // closed when n drops to 0 while wait waits; made by wait
 }
 
-func (f *inflight) add() {
-	f.mu.Lock()
-	f.n++
-	f.mu.Unlock()
-}
+func (f *inflight) add() { f.n.Add(1) }
 
 func (f *inflight) done() {
+	if f.n.Add(-1) != 0 {
+		return
+	}
 	f.mu.Lock()
-	f.n--
-	if f.n == 0 && f.zero != nil {
+	if f.zero != nil && f.n.Load() == 0 {
 		close(f.zero)
 		f.zero = nil
 	}
@@ -67,7 +66,7 @@ func (f *inflight) done() {
 // how many were still in flight then.
 func (f *inflight) wait(ctx context.Context) int {
 	f.mu.Lock()
-	if f.n == 0 {
+	if f.n.Load() == 0 {
 		f.mu.Unlock()
 		return 0
 	}
@@ -80,13 +79,11 @@ func (f *inflight) wait(ctx context.Context) int {
 	case <-z:
 		return 0
 	case <-ctx.Done():
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		return f.n
+		return int(f.n.Load())
 	}
 }
 
-// go runs fn in a goroutine that Close waits for.
+// goFn runs fn in a goroutine that Close waits for.
 func (f *inflight) goFn(fn func()) {
 	f.add()
 	go func() {
@@ -127,79 +124,52 @@ const (
 	callAbandoned
 )
 
-// bounded runs op, one exchange with Redis, so that it returns by ctx's
-// end and by deadline (zero: none), whatever the client's timeouts. An
-// ended ctx returns its error at once and sends nothing. When the caller
-// stops waiting first, bounded returns an *abandonedError (matching the
-// context's error) and op goes on in the background; late, if not nil,
-// then gets op's error once op has returned, on op's goroutine, to settle
-// what op did.
-func (m *Manager) bounded(ctx context.Context, deadline time.Time, op func(context.Context) error, late func(error)) error {
-	if err := ctx.Err(); err != nil {
-		return err
+// call is one exchange run on a goroutine of the Manager's (see bounded).
+type call[T any] struct {
+	m      *Manager
+	ctx    context.Context
+	cancel context.CancelFunc // of ctx, when bounded made it
+	f      func(context.Context) (T, error)
+	late   func(T, error)
+	state  atomic.Int32
+	done   chan struct{} // closed when answered
+	out    T
+	err    error
+}
+
+func (c *call[T]) run() {
+	defer c.m.io.done()
+	if c.cancel != nil {
+		defer c.cancel()
 	}
-	if m.direct(ctx, deadline) {
-		return op(ctx)
+	out, err := c.f(c.ctx)
+	if c.state.CompareAndSwap(callRunning, callAnswered) {
+		c.out, c.err = out, err
+		close(c.done)
+		return
 	}
-	opCtx, cancel := ctx, context.CancelFunc(nil)
-	if !deadline.IsZero() {
-		if d, ok := ctx.Deadline(); !ok || deadline.Before(d) {
-			opCtx, cancel = context.WithDeadline(ctx, deadline)
-		}
-	}
-	var state atomic.Int32
-	done := make(chan error, 1)
-	m.io.goFn(func() {
-		if cancel != nil {
-			defer cancel()
-		}
-		err := op(opCtx)
-		if state.CompareAndSwap(callRunning, callAnswered) {
-			done <- err
-			return
-		}
-		if late != nil {
-			late(err)
-		}
-	})
-	abandon := func(cause error) error {
-		if state.CompareAndSwap(callRunning, callAbandoned) {
-			return &abandonedError{cause: cause}
-		}
-		return <-done // answered meanwhile
-	}
-	var timeout <-chan time.Time
-	if cancel != nil {
-		t := time.NewTimer(time.Until(deadline))
-		defer t.Stop()
-		timeout = t.C
-	}
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-		return abandon(ctx.Err())
-	case <-timeout:
-		grace := time.NewTimer(lateGrace)
-		defer grace.Stop()
-		select {
-		case err := <-done:
-			return err
-		case <-grace.C:
-			return abandon(context.DeadlineExceeded)
-		}
+	if c.late != nil {
+		c.late(out, err)
 	}
 }
 
-// isAbandoned reports whether err is a call its caller stopped waiting for.
-func isAbandoned(err error) bool {
-	var ae *abandonedError
-	return errors.As(err, &ae)
+// abandon gives up waiting for c, unless its answer came meanwhile.
+func (c *call[T]) abandon(cause error) (T, error) {
+	if c.state.CompareAndSwap(callRunning, callAbandoned) {
+		var zero T
+		return zero, &abandonedError{cause: cause}
+	}
+	<-c.done
+	return c.out, c.err
 }
 
-// exchange is bounded for an exchange with a result: f's result, or the
-// zero T when the caller stopped waiting (late then gets f's result and
-// error when f returns).
+// exchange runs f, one exchange with Redis, so that it returns by ctx's end
+// and by deadline (zero: none), whatever the client's timeouts. An ended
+// ctx returns its error at once and sends nothing. When the caller stops
+// waiting first, exchange returns the zero T and an *abandonedError
+// (matching the context's error), and f goes on in the background; late,
+// if not nil, then gets f's result once f has returned, on f's goroutine,
+// to settle what f did.
 func exchange[T any](m *Manager, ctx context.Context, deadline time.Time, f func(context.Context) (T, error), late func(T, error)) (T, error) {
 	if err := ctx.Err(); err != nil {
 		var zero T
@@ -208,21 +178,49 @@ func exchange[T any](m *Manager, ctx context.Context, deadline time.Time, f func
 	if m.direct(ctx, deadline) {
 		return f(ctx)
 	}
-	var out T // written on the exchange's goroutine
-	err := m.bounded(ctx, deadline, func(ctx context.Context) error {
-		var err error
-		out, err = f(ctx)
-		return err
-	}, func(err error) {
-		if late != nil {
-			late(out, err)
+	c := &call[T]{m: m, ctx: ctx, f: f, late: late, done: make(chan struct{})}
+	var timeout <-chan time.Time
+	if !deadline.IsZero() {
+		if d, ok := ctx.Deadline(); !ok || deadline.Before(d) {
+			c.ctx, c.cancel = context.WithDeadline(ctx, deadline)
+			t := time.NewTimer(time.Until(deadline))
+			defer t.Stop()
+			timeout = t.C
 		}
-	})
-	if isAbandoned(err) {
-		var zero T
-		return zero, err
 	}
-	return out, err
+	m.io.add()
+	go c.run()
+	select {
+	case <-c.done:
+		return c.out, c.err
+	case <-ctx.Done():
+		return c.abandon(ctx.Err())
+	case <-timeout:
+		grace := time.NewTimer(lateGrace)
+		defer grace.Stop()
+		select {
+		case <-c.done:
+			return c.out, c.err
+		case <-grace.C:
+			return c.abandon(context.DeadlineExceeded)
+		}
+	}
+}
+
+// bounded is exchange for an exchange without a result.
+func (m *Manager) bounded(ctx context.Context, deadline time.Time, op func(context.Context) error, late func(error)) error {
+	var l func(struct{}, error)
+	if late != nil {
+		l = func(_ struct{}, err error) { late(err) }
+	}
+	_, err := exchange(m, ctx, deadline, func(ctx context.Context) (struct{}, error) { return struct{}{}, op(ctx) }, l)
+	return err
+}
+
+// isAbandoned reports whether err is a call its caller stopped waiting for.
+func isAbandoned(err error) bool {
+	var ae *abandonedError
+	return errors.As(err, &ae)
 }
 
 // runScript runs s on c bounded by ctx (see bounded), with EVALSHA and the
