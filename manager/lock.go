@@ -365,8 +365,11 @@ func (l *Lock) finishRelease(result error) {
 // (without a round trip) when the lock was already known lost. Transient
 // errors are retried while ctx lasts and the lock is still valid; if the
 // release could not be confirmed, it goes on in the background until the
-// lock's TTL would end. A second Release makes no round trip and returns
-// the first result.
+// lock's TTL would end. With ctx already ended, Release sends nothing
+// itself: it returns ctx's error and the lock is released in the
+// background (it stops being renewed). Release returns by ctx's deadline
+// whatever the client's timeouts. A second Release makes no round trip
+// and returns the first result.
 func (l *Lock) Release(ctx context.Context) error {
 	if l.zero() {
 		return ErrNilLock
@@ -463,8 +466,9 @@ func (l *Lock) Release(ctx context.Context) error {
 // that has gone: then it returns ErrExpired (or ErrNotHeld when another
 // owner holds the key) and the lock is lost. It returns an
 // *InvalidArgumentError for a ttl outside [MinTTL, MaxTTL], and an error
-// matching ErrLockLost or ErrReleased when the lock is no longer held.
-// Transient errors are retried while ctx lasts and the lock is valid.
+// matching ErrLockLost or ErrReleased when the lock is no longer held, and
+// ctx's error, with nothing sent, when ctx has already ended. Transient
+// errors are retried while ctx lasts and the lock is valid.
 func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 	if l.zero() {
 		return ErrNilLock
@@ -629,7 +633,8 @@ func (l *Lock) renewDueLocked(now mono) bool {
 
 // TTL returns the lock's remaining TTL on the server. It returns ErrExpired
 // or ErrNotHeld (and the lock is lost) when the key is gone or owned by
-// someone else.
+// someone else, and ctx's error, with nothing sent, when ctx has already
+// ended.
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if l.zero() {
 		return 0, ErrNilLock

@@ -135,8 +135,14 @@ func (m *Manager) TryAcquire(ctx context.Context, resource string, opts ...Acqui
 // same way.
 //
 // When the wait ends without the lock it returns an error that matches
-// ErrNotAcquired, and also ctx's error when ctx ended it. Otherwise it
-// returns what TryAcquire returns.
+// ErrNotAcquired, and also ctx's error when ctx ended it, or the error of
+// the last attempt when Redis failed. Otherwise it returns what TryAcquire
+// returns.
+//
+// Every acquire returns by ctx's deadline (and Acquire by its wait limit)
+// whatever the client's timeouts and options; an attempt whose reply comes
+// later is released as soon as it comes. With ctx already ended it sends
+// nothing.
 func (m *Manager) Acquire(ctx context.Context, resource string, opts ...AcquireOption) (*Lock, error) {
 	return m.acquire(ctx, resource, opts, true)
 }
