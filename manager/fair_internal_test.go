@@ -55,27 +55,8 @@ func TestQueueEntry(t *testing.T) {
 // as if the waiter had given up, which freed a held lock and handed it to
 // the next waiter: two holders (TestRealMutualExclusionStress found it).
 func TestLateHandoverReplyKeepsWaitersLock(t *testing.T) {
-	mr := miniredis.RunT(t)
-	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	defer c.Close()
-	m, err := New(c, WithStartupCheck(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close(context.Background())
-	ctx := context.Background()
-	holder, err := m.TryAcquire(ctx, "r")
-	if err != nil {
-		t.Fatal(err)
-	}
-	q, err := m.queues.join(holder.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.queues.leave(holder.key, q)
+	mr, m, holder, q, w := localWaiter(t)
 	ac := m.defaultAC
-	w := newFairWaiter(newToken("w", time.Now()), &ac, time.Now().Add(time.Minute))
-	m.queues.setHead(q, w)
 	h := m.queues.nextForRelease(holder) // the release picks w
 	if h.w != w {
 		t.Fatal("the release did not pick the waiter")
@@ -99,28 +80,12 @@ func TestLateHandoverReplyKeepsWaitersLock(t *testing.T) {
 // handed the lock again, after its waiter had released it, which stalled
 // the lock for a whole TTL (the slot-migration fault run found it).
 func TestLocalHandoverAndOwnAttemptQueueOnce(t *testing.T) {
-	mr := miniredis.RunT(t)
+	mr, m, holder, q, w := localWaiter(t)
+	m.queues.acquired(q, nil, holder) // the holder was taken through the local queue
+	ac := m.defaultAC
+	ctx := context.Background()
 	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer c.Close()
-	m, err := New(c, WithStartupCheck(0), WithAutoPipeline(false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close(context.Background())
-	ctx := context.Background()
-	holder, err := m.TryAcquire(ctx, "r")
-	if err != nil {
-		t.Fatal(err)
-	}
-	q, err := m.queues.join(holder.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.queues.leave(holder.key, q)
-	m.queues.acquired(q, nil, holder)
-	ac := m.defaultAC
-	w := newFairWaiter(newToken("w", time.Now()), &ac, time.Now().Add(time.Minute))
-	m.queues.setHead(q, w)
 	h := m.queues.nextForRelease(holder) // the holder's release picks w...
 	if h.w != w {
 		t.Fatal("the release did not pick the waiter")
@@ -146,4 +111,31 @@ func TestLocalHandoverAndOwnAttemptQueueOnce(t *testing.T) {
 		t.Fatalf("%d stale entries in the queue after the hand-over", n)
 	}
 	_ = c.Del(ctx, holder.key)
+}
+
+// localWaiter returns a manager on miniredis holding the lock on "r", with a
+// local queue for it whose head is a fair waiter w; all closed at cleanup.
+func localWaiter(t *testing.T) (*miniredis.Miniredis, *Manager, *Lock, *localQueue, *fairWaiter) {
+	t.Helper()
+	mr := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	m, err := New(c, WithStartupCheck(0), WithAutoPipeline(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	holder, err := m.TryAcquire(context.Background(), "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := m.queues.join(holder.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.queues.leave(holder.key, q) })
+	ac := m.defaultAC
+	w := newFairWaiter(newToken("w", time.Now()), &ac, time.Now().Add(time.Minute))
+	m.queues.setHead(q, w)
+	return mr, m, holder, q, w
 }
