@@ -205,3 +205,64 @@ func TestRealWatchdogBacksOffAndStops(t *testing.T) {
 		}
 	})
 }
+
+// gateHook holds the renew client's renewals (EVALSHA) until released, and
+// counts them.
+type gateHook struct {
+	arrived chan struct{} // one value per renewal that reached the hook
+	release chan struct{} // closed to let held renewals through
+	n       atomic.Int64
+}
+
+func (h *gateHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *gateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *gateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			if c.Name() == "evalsha" {
+				h.n.Add(1)
+				select {
+				case h.arrived <- struct{}{}:
+				default:
+				}
+				<-h.release
+				break
+			}
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// An Extend that succeeds while a watchdog renewal is in flight makes that
+// renewal's result the older one; the watchdog must still schedule the
+// next renewal (from the Extend), not leave the lock to its validity.
+func TestRealExtendDuringRenewalKeepsRenewing(t *testing.T) {
+	c := testenv.Standalone(t)
+	rc := redis.NewClient(&redis.Options{Addr: testenv.StandaloneAddr(t)})
+	t.Cleanup(func() { _ = rc.Close() })
+	gate := &gateHook{arrived: make(chan struct{}, 8), release: make(chan struct{})}
+	rc.AddHook(gate)
+	m := newManager(t, c, manager.WithTTL(time.Second), manager.WithRenewInterval(100*time.Millisecond), manager.WithRenewClient(rc))
+	ctx := ctxT(t)
+	l, err := m.TryAcquire(ctx, testenv.Unique("extend"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-gate.arrived // the first renewal is in flight, held at the gate
+	if err := l.Extend(ctx, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	close(gate.release)
+	// The next renewal comes one interval after the Extend; without it the
+	// lock is lost when its validity runs out (about 1 s).
+	for gate.n.Load() < 2 {
+		select {
+		case <-gate.arrived:
+		case <-l.Done():
+			t.Fatalf("lost with no renewal after the Extend: %v", l.Err())
+		}
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -364,6 +364,17 @@ func (s *scheduler) process(nowTime time.Time, due []*Lock, orphans []orphan) {
 	})
 }
 
+// rescheduleHeld moves l to its next due time, if it is still held.
+func (s *scheduler) rescheduleHeld(l *Lock) {
+	l.mu.Lock()
+	held := l.state == stateHeld
+	due, slack := l.nextDueLocked()
+	l.mu.Unlock()
+	if held {
+		s.schedule(l, due, slack)
+	}
+}
+
 // cannotHeal reports whether a renewal error will come again however often
 // it is retried: a closed client, a key of another type, no permission.
 func cannotHeal(err error) bool {
@@ -384,7 +395,11 @@ func (s *scheduler) renewResult(r renewal, c scriptCall) {
 		if fails > 0 {
 			s.m.log.Info("lock renewal succeeded again", s.m.fields(context.Background(), "renew_recovered", l, zap.Int("failures", fails))...)
 		}
-		l.renewed(r.sentAt, r.ttl) // reschedules
+		// renewed reschedules, unless a newer write (an Extend sent while
+		// this renewal was in flight) was recorded first: then the lock is
+		// rescheduled below, from that write.
+		l.renewed(r.sentAt, r.ttl)
+		s.rescheduleHeld(l)
 		return
 	case err == nil && res == 0:
 		l.cls.Renewed(metrics.ReasonExpired)
