@@ -423,17 +423,12 @@ func (s *scheduler) renewResult(r renewal, c scriptCall) {
 	l.renewFails++
 	fails = l.renewFails
 	l.nextRenew = monoNow().Add(min(transientBackoff(fails), l.interval))
-	held := l.state == stateHeld
-	due, slack := l.nextDueLocked()
 	l.mu.Unlock()
-	if !held {
-		return
-	}
 	if fails == 1 {
 		s.m.log.Warn("lock renewal failed; retrying until it succeeds or the lock's validity runs out",
 			s.m.fields(context.Background(), "renew_failed", l, zap.Error(err))...)
 	}
-	s.schedule(l, due, slack)
+	s.rescheduleHeld(l)
 }
 
 // reinsert puts a lock taken out by collect back into the heap, unless it

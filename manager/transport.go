@@ -124,11 +124,11 @@ const (
 	callAbandoned
 )
 
-// call is one exchange run on a goroutine of the Manager's (see bounded).
+// call is one exchange run on a goroutine of the Manager's (see exchange).
 type call[T any] struct {
 	m      *Manager
 	ctx    context.Context
-	cancel context.CancelFunc // of ctx, when bounded made it
+	cancel context.CancelFunc // of ctx, when exchange made it
 	f      func(context.Context) (T, error)
 	late   func(T, error)
 	state  atomic.Int32
@@ -223,23 +223,19 @@ func isAbandoned(err error) bool {
 	return errors.As(err, &ae)
 }
 
-// runScript runs s on c bounded by ctx (see bounded), with EVALSHA and the
-// EVAL fallback.
+// runScript runs s on c bounded by ctx (see exchange), with EVALSHA and
+// the EVAL fallback.
 func (m *Manager) runScript(ctx context.Context, c redis.Scripter, s *redis.Script, keys []string, args ...any) *redis.Cmd {
-	if err := ctx.Err(); err != nil || !m.direct(ctx, time.Time{}) {
-		if err == nil {
-			var cmd *redis.Cmd
-			cmd, err = exchange(m, ctx, time.Time{}, func(ctx context.Context) (*redis.Cmd, error) {
-				cmd := s.Run(ctx, c, keys, args...)
-				return cmd, cmd.Err()
-			}, nil)
-			if cmd != nil {
-				return cmd
-			}
-		}
-		cmd := redis.NewCmd(ctx)
-		cmd.SetErr(err)
-		return cmd
+	if ctx.Err() == nil && m.direct(ctx, time.Time{}) {
+		return s.Run(ctx, c, keys, args...) // the hot path: no closure
 	}
-	return s.Run(ctx, c, keys, args...)
+	cmd, err := exchange(m, ctx, time.Time{}, func(ctx context.Context) (*redis.Cmd, error) {
+		cmd := s.Run(ctx, c, keys, args...)
+		return cmd, cmd.Err()
+	}, nil)
+	if cmd == nil { // not sent, or no reply in time
+		cmd = redis.NewCmd(ctx)
+		cmd.SetErr(err)
+	}
+	return cmd
 }
