@@ -32,23 +32,26 @@ var (
 // scheduler, which Close stops.
 type Manager struct {
 	client Client
-	cmd    redis.UniversalClient // client, or its auto-pipeliner
+	cmd    commander  // client, or the coalescer (or go-redis's auto-pipeliner) in front of it
+	co     *coalescer // nil unless the lock calls are coalesced by shardlock
 	renew  Client
 	cfg    config
 	log    *zap.Logger
 	sched  *scheduler
 
-	deadlines  bool     // every command is bounded by its context's deadline (see direct)
-	io         inflight // goroutines carrying exchanges whose callers may have gone
-	closed     atomic.Bool
-	closing    chan struct{} // closed by Close: wakes the waiters
-	closeOnce  sync.Once
-	lastReload atomic.Int64
-	defaultAC  acquireConfig // the configuration of an acquire without options
-	notify     *notifier     // nil with notifications off
-	queues     localQueues
-	mx         *metrics.Metrics
-	unregister func() // removes this manager's held locks from mx
+	// The clients bound every command by its context's deadline (see
+	// direct): cmd's and client's.
+	cmdBounds, clientBounds bool
+	io                      inflight // goroutines carrying exchanges whose callers may have gone
+	closed                  atomic.Bool
+	closing                 chan struct{} // closed by Close: wakes the waiters
+	closeOnce               sync.Once
+	lastReload              atomic.Int64
+	defaultAC               acquireConfig // the configuration of an acquire without options
+	notify                  *notifier     // nil with notifications off
+	queues                  localQueues
+	mx                      *metrics.Metrics
+	unregister              func() // removes this manager's held locks from mx
 }
 
 // New returns a Manager on client. Unless WithStartupCheck(0) is given it
@@ -87,13 +90,18 @@ func New(client Client, opts ...Option) (*Manager, error) {
 	}
 	_, isCluster := client.(*redis.ClusterClient)
 	if (cfg.autoPipeline == nil && !isCluster) || (cfg.autoPipeline != nil && *cfg.autoPipeline) {
-		ap, err := client.AutoPipeline()
-		if err != nil {
-			return nil, fmt.Errorf("shardlock: auto-pipeline: %w", err)
+		if c, ok := client.(*redis.Client); ok {
+			m.co = newCoalescer(c) // one server: shardlock's own coalescer
+			m.cmd = m.co
+		} else {
+			ap, err := client.AutoPipeline()
+			if err != nil {
+				return nil, fmt.Errorf("shardlock: auto-pipeline: %w", err)
+			}
+			m.cmd = ap
 		}
-		m.cmd = ap
 	}
-	m.deadlines = m.cmd == Client(client) && honoursDeadlines(client)
+	m.cmdBounds, m.clientBounds = honoursDeadlines(m.cmd), honoursDeadlines(client)
 	m.queues = localQueues{queues: map[string]*localQueue{}, max: cfg.maxWaiters}
 	if cfg.notifications {
 		m.notify = newNotifier(m)
@@ -410,8 +418,14 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 				return fail(errors.Join(ErrNotAcquired, ctx.Err()))
 			}
 			if wait && (abandoned || !time.Now().Before(waitUntil)) {
-				// The wait limit passed during the attempt.
-				return fail(errors.Join(ErrNotAcquired, cmp.Or(lastErr, err)))
+				// The wait limit passed during the attempt: say why the
+				// last attempts failed, or that this one had no reply in
+				// time; an attempt that was not even sent is just the
+				// wait limit.
+				if cause := cmp.Or(lastErr, abandonedCause(err)); cause != nil {
+					return fail(errors.Join(ErrNotAcquired, cause))
+				}
+				return fail(ErrNotAcquired)
 			}
 			if !wait || !isTransient(err) {
 				return fail(fmt.Errorf("shardlock: acquire %q: %w", tg.resource, err))
@@ -615,11 +629,21 @@ func (m *Manager) send(ctx context.Context, deadline time.Time, a attemptArgs) (
 	if err := ctx.Err(); err != nil {
 		return attemptResult{}, err
 	}
-	if m.direct(ctx, deadline) {
-		return m.attemptOnce(ctx, &a)
+	bounds := m.cmdBounds
+	if m.cfg.replicas > 0 {
+		bounds = m.clientBounds // the write and its WAIT go through the client
+	}
+	if direct(ctx, deadline, bounds) {
+		res, err := m.attemptOnce(ctx, &a)
+		if isAbandoned(err) {
+			// Sent, with no reply in time: its token may take the key
+			// when the server runs it; the reaper releases it.
+			m.orphan(a.tg, a.token, a.sendAt.Add(a.ac.ttl))
+		}
+		return res, err
 	}
 	b := a // captured by the exchange's goroutine; a stays on the stack
-	return exchange(m, ctx, deadline, func(ctx context.Context) (attemptResult, error) {
+	return exchangeOn(m, bounds, ctx, deadline, func(ctx context.Context) (attemptResult, error) {
 		return m.attemptOnce(ctx, &b)
 	}, func(res attemptResult, err error) {
 		if err != nil || res.status != attemptContended {
@@ -660,14 +684,20 @@ func (m *Manager) attempt(ctx context.Context, key, token string, tokenArg any, 
 		status, fence, err := parseFenced(res, err)
 		return status, fence, 0, err
 	}
+	// A command whose reply did not come in time belongs to the coalescer:
+	// its error is all there is to read.
 	if !firstTry {
 		cmd := redis.NewStringCmd(ctx, "set", key, tokenArg, "px", ttlMs, "nx", "get")
-		_ = m.cmd.Process(ctx, cmd)
+		if err := m.cmd.Process(ctx, cmd); isAbandoned(err) {
+			return 0, 0, 0, err
+		}
 		status, err = parseSetNXGet(cmd, token)
 		return status, 0, 0, err
 	}
 	set := redis.NewStatusCmd(ctx, "set", key, tokenArg, "px", ttlMs, "nx")
-	_ = m.cmd.Process(ctx, set)
+	if err := m.cmd.Process(ctx, set); isAbandoned(err) {
+		return 0, 0, 0, err
+	}
 	switch err := set.Err(); {
 	case err == nil:
 		return attemptFresh, 0, 0, nil
@@ -677,7 +707,9 @@ func (m *Manager) attempt(ctx context.Context, key, token string, tokenArg any, 
 		return attemptContended, 0, 0, nil
 	}
 	get := redis.NewStringCmd(ctx, "get", key)
-	_ = m.cmd.Process(ctx, get)
+	if err := m.cmd.Process(ctx, get); isAbandoned(err) {
+		return 0, 0, 0, err
+	}
 	status, err = parseGet(get, token)
 	return status, 0, 0, err
 }
@@ -854,6 +886,9 @@ func (m *Manager) Close(ctx context.Context) error {
 		err = m.releaseAll(ctx, locks, orphans)
 		if m.notify != nil {
 			m.notify.close()
+		}
+		if m.co != nil {
+			m.co.close(ctx)
 		}
 		if n := m.io.wait(ctx); n > 0 {
 			err = errors.Join(err, fmt.Errorf("shardlock: close: %d exchanges with Redis still without a reply; they end by the client's timeouts", n))

@@ -150,15 +150,16 @@ func WithReplicaAck(n int, timeout time.Duration, policy ReplicaPolicy) Option {
 	return optionFunc(func(c *config) { c.replicas, c.replicaTimeout, c.replicaPolicy = n, timeout, policy })
 }
 
-// WithAutoPipeline turns go-redis's automatic pipelining on or off for
-// acquire, release and extend: concurrent callers' commands are coalesced
-// into pipelines. The default is on for a standalone or Sentinel-managed
-// client and off for a cluster client: during a live slot migration, runs
-// with it on lost a lock, and once saw a batch's keys held by another owner
-// while its holder believed it held them (3 of 7 runs; 0 of 7 with it off),
-// which points at how auto-pipelined batches follow ASK redirects. Turn it
-// on for a cluster only if its slots never migrate while locks are taken.
-// The client owns the auto-pipeliner: Close the client to stop it.
+// WithAutoPipeline turns coalescing on or off for acquire, release, extend
+// and TTL: concurrent callers' commands go out together as pipelines. The
+// default is on for a standalone or Sentinel-managed client, where
+// shardlock's own coalescer sends them (each caller waits for its own
+// reply until its context ends, and a command whose caller has gone before
+// it was sent is never sent), and off for a cluster client. On for a
+// cluster client, go-redis's AutoPipeline() sends them: it can re-send
+// answered commands during a slot migration, so only turn it on for a
+// cluster whose slots never migrate while locks are taken; the client owns
+// that auto-pipeliner (close the client to stop it).
 func WithAutoPipeline(on bool) Option { return optionFunc(func(c *config) { c.autoPipeline = &on }) }
 
 // WithStartupCheck bounds the checks New makes (server versions, script

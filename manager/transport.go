@@ -93,10 +93,13 @@ func (f *inflight) goFn(fn func()) {
 }
 
 // honoursDeadlines reports whether every command c sends is bounded by its
-// context's deadline: a *redis.Client or *redis.ClusterClient with
-// ContextTimeoutEnabled (an auto-pipeliner never is).
-func honoursDeadlines(c redis.UniversalClient) bool {
+// context's deadline: the coalescer, or a *redis.Client or
+// *redis.ClusterClient with ContextTimeoutEnabled (go-redis's
+// auto-pipeliner never is).
+func honoursDeadlines(c any) bool {
 	switch c := c.(type) {
+	case *coalescer:
+		return true
 	case *redis.Client:
 		return c.Options().ContextTimeoutEnabled
 	case *redis.ClusterClient:
@@ -106,15 +109,15 @@ func honoursDeadlines(c redis.UniversalClient) bool {
 }
 
 // direct reports whether an exchange under ctx, bounded by deadline (zero:
-// none), can run on the caller's goroutine: the client bounds it by ctx's
-// deadline, which comes no later than deadline, or there is nothing to
-// bound it by.
-func (m *Manager) direct(ctx context.Context, deadline time.Time) bool {
+// none), can run on the caller's goroutine: the client it goes through
+// bounds it by ctx's deadline (bounds), which comes no later than
+// deadline, or there is nothing to bound it by.
+func direct(ctx context.Context, deadline time.Time, bounds bool) bool {
 	d, ok := ctx.Deadline()
 	if !ok {
 		return deadline.IsZero() && ctx.Done() == nil
 	}
-	return m.deadlines && (deadline.IsZero() || !d.After(deadline))
+	return bounds && (deadline.IsZero() || !d.After(deadline))
 }
 
 // call states
@@ -170,12 +173,22 @@ func (c *call[T]) abandon(cause error) (T, error) {
 // (matching the context's error), and f goes on in the background; late,
 // if not nil, then gets f's result once f has returned, on f's goroutine,
 // to settle what f did.
+//
+// exchange is for exchanges through the Manager's client; exchangeOn says
+// whether the client f goes through bounds a command by its context's
+// deadline (see honoursDeadlines).
 func exchange[T any](m *Manager, ctx context.Context, deadline time.Time, f func(context.Context) (T, error), late func(T, error)) (T, error) {
+	return exchangeOn(m, m.clientBounds, ctx, deadline, f, late)
+}
+
+// exchangeOn is exchange through a client that bounds commands by their
+// context's deadline or not (bounds).
+func exchangeOn[T any](m *Manager, bounds bool, ctx context.Context, deadline time.Time, f func(context.Context) (T, error), late func(T, error)) (T, error) {
 	if err := ctx.Err(); err != nil {
 		var zero T
 		return zero, err
 	}
-	if m.direct(ctx, deadline) {
+	if direct(ctx, deadline, bounds) {
 		return f(ctx)
 	}
 	c := &call[T]{m: m, ctx: ctx, f: f, late: late, done: make(chan struct{})}
@@ -217,6 +230,15 @@ func (m *Manager) bounded(ctx context.Context, deadline time.Time, op func(conte
 	return err
 }
 
+// abandonedCause returns err if it is a call its caller stopped waiting
+// for, else nil.
+func abandonedCause(err error) error {
+	if isAbandoned(err) {
+		return err
+	}
+	return nil
+}
+
 // isAbandoned reports whether err is a call its caller stopped waiting for.
 func isAbandoned(err error) bool {
 	var ae *abandonedError
@@ -226,10 +248,14 @@ func isAbandoned(err error) bool {
 // runScript runs s on c bounded by ctx (see exchange), with EVALSHA and
 // the EVAL fallback.
 func (m *Manager) runScript(ctx context.Context, c redis.Scripter, s *redis.Script, keys []string, args ...any) *redis.Cmd {
-	if ctx.Err() == nil && m.direct(ctx, time.Time{}) {
+	bounds := m.clientBounds
+	if c == redis.Scripter(m.cmd) {
+		bounds = m.cmdBounds
+	}
+	if ctx.Err() == nil && direct(ctx, time.Time{}, bounds) {
 		return s.Run(ctx, c, keys, args...) // the hot path: no closure
 	}
-	cmd, err := exchange(m, ctx, time.Time{}, func(ctx context.Context) (*redis.Cmd, error) {
+	cmd, err := exchangeOn(m, bounds, ctx, time.Time{}, func(ctx context.Context) (*redis.Cmd, error) {
 		cmd := s.Run(ctx, c, keys, args...)
 		return cmd, cmd.Err()
 	}, nil)

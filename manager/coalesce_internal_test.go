@@ -1,0 +1,170 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// holdHook counts the SETs a client sends (single commands and pipelines,
+// and the commands in them by last argument) and, while hold is set, holds
+// every send until release is closed.
+type holdHook struct {
+	hold      atomic.Bool
+	held      chan struct{} // signalled when a send is held
+	release   chan struct{}
+	sends     atomic.Int64
+	mu        sync.Mutex
+	sentNames []string
+}
+
+func (h *holdHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *holdHook) record(cmds ...redis.Cmder) {
+	if cmds[0].Name() != "set" {
+		return // the connection's handshake
+	}
+	h.sends.Add(1)
+	h.mu.Lock()
+	for _, c := range cmds {
+		h.sentNames = append(h.sentNames, fmt.Sprint(c.Args()[len(c.Args())-1]))
+	}
+	h.mu.Unlock()
+	if h.hold.Load() {
+		select {
+		case h.held <- struct{}{}:
+		default:
+		}
+		<-h.release
+	}
+}
+
+func (h *holdHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.record(cmd); return next(ctx, cmd) }
+}
+
+func (h *holdHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { h.record(cmds...); return next(ctx, cmds) }
+}
+
+func (h *holdHook) sent(last string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, n := range h.sentNames {
+		if n == last {
+			return true
+		}
+	}
+	return false
+}
+
+func newHeldCoalescer(t *testing.T) (*coalescer, *holdHook) {
+	t.Helper()
+	mr := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	h := &holdHook{held: make(chan struct{}, 1), release: make(chan struct{})}
+	c.AddHook(h)
+	co := newCoalescer(c)
+	t.Cleanup(func() { co.close(context.Background()) })
+	return co, h
+}
+
+// Concurrent callers' commands go out in fewer round trips than commands.
+func TestCoalescerBatches(t *testing.T) {
+	co, h := newHeldCoalescer(t)
+	h.hold.Store(true)
+	ctx := context.Background()
+	first := make(chan error, 1)
+	go func() { first <- co.Process(ctx, redis.NewStatusCmd(ctx, "set", "k0", "v")) }()
+	<-h.held // the first command's round trip is in flight; the rest queue
+	var wg sync.WaitGroup
+	const n = 50
+	for i := range n {
+		wg.Go(func() {
+			cmd := redis.NewStatusCmd(ctx, "set", fmt.Sprintf("k%d", i+1), "v")
+			if err := co.Process(ctx, cmd); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	// Every caller is queued before the first round trip ends (the queue
+	// has no signal: poll it, bounded).
+	for i := 0; ; i++ {
+		co.mu.Lock()
+		queued := len(co.queue)
+		co.mu.Unlock()
+		if queued == n {
+			break
+		}
+		if i == 5000 {
+			t.Fatalf("%d of %d callers queued after 5 s", queued, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	h.hold.Store(false)
+	close(h.release)
+	wg.Wait()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if got := h.sends.Load(); got != 2 {
+		t.Fatalf("%d round trips for %d commands, want 2 (one, then one pipeline)", got, n+1)
+	}
+}
+
+// A caller whose context ends before its command is sent gets its
+// context's error at once, and the command is never sent; one whose
+// command is in flight gets an *abandonedError by its deadline.
+func TestCoalescerDeadlines(t *testing.T) {
+	co, h := newHeldCoalescer(t)
+	h.hold.Store(true)
+	bg := context.Background()
+	inFlight := make(chan error, 1)
+	ictx, icancel := context.WithTimeout(bg, 200*time.Millisecond)
+	defer icancel()
+	go func() { inFlight <- co.Process(ictx, redis.NewStatusCmd(bg, "set", "a", "in-flight")) }()
+	<-h.held
+
+	qctx, qcancel := context.WithTimeout(bg, 50*time.Millisecond)
+	defer qcancel()
+	start := time.Now()
+	err := co.Process(qctx, redis.NewStatusCmd(bg, "set", "b", "queued"))
+	if !errors.Is(err, context.DeadlineExceeded) || isAbandoned(err) {
+		t.Fatalf("queued command: %v, want the context's error, not an abandoned call", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("returned after %v", d)
+	}
+	if err := <-inFlight; !isAbandoned(err) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("in-flight command: %v, want an abandoned call", err)
+	}
+	h.hold.Store(false)
+	close(h.release)
+	// The flusher goes on; the dropped command is never sent.
+	if err := co.Process(bg, redis.NewStatusCmd(bg, "set", "c", "after")); err != nil {
+		t.Fatal(err)
+	}
+	if h.sent("queued") {
+		t.Fatal("a command whose caller had gone before it was sent was sent")
+	}
+	if !h.sent("in-flight") || !h.sent("after") {
+		t.Fatal("commands missing")
+	}
+}
+
+func TestCoalescerClosed(t *testing.T) {
+	co, _ := newHeldCoalescer(t)
+	co.close(context.Background())
+	ctx := context.Background()
+	if err := co.Process(ctx, redis.NewStatusCmd(ctx, "set", "k", "v")); !errors.Is(err, redis.ErrClosed) {
+		t.Fatalf("after close: %v", err)
+	}
+}
