@@ -3,8 +3,8 @@
 # cluster, ROUNDS times interleaved (so a slow moment of the machine hits
 # every implementation alike), and prints medians and ratios as Markdown.
 #
-#   scripts/bench.sh            # 5 rounds, 2 s per benchmark
-#   ROUNDS=3 BENCHTIME=1s BENCH=AcquireRelease/cluster scripts/bench.sh
+#   scripts/bench.sh            # 5 rounds, 2 s per benchmark, BenchmarkDefaults and BenchmarkAcquireRelease
+#   ROUNDS=3 BENCHTIME=1s BENCH=Defaults/cluster scripts/bench.sh
 # Raw output: .redis-test/bench.txt
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +22,7 @@ raw="${SHARDLOCK_TEST_DIR:-.redis-test}/bench.txt"
 go test -c -o "${SHARDLOCK_TEST_DIR:-.redis-test}/manager.test" ./manager
 for r in $(seq 1 "$rounds"); do
   echo "round $r/$rounds" >&2
-  "${SHARDLOCK_TEST_DIR:-.redis-test}/manager.test" -test.run '^$' -test.bench "${BENCH:-AcquireRelease}" \
+  "${SHARDLOCK_TEST_DIR:-.redis-test}/manager.test" -test.run '^$' -test.bench "${BENCH:-Defaults|AcquireRelease}" \
     -test.benchtime "$benchtime" -test.benchmem >>"$raw"
 done
 "${SHARDLOCK_TEST_DIR:-.redis-test}/manager.test" -test.run '^$' -test.bench 'Watchdog10k' -test.benchtime 5x >>"$raw"
