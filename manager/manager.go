@@ -634,22 +634,30 @@ func (m *Manager) send(ctx context.Context, deadline time.Time, a attemptArgs) (
 		bounds = m.clientBounds // the write and its WAIT go through the client
 	}
 	if direct(ctx, deadline, bounds) {
-		res, err := m.attemptOnce(ctx, &a)
-		if isAbandoned(err) {
-			// Sent, with no reply in time: its token may take the key
-			// when the server runs it; the reaper releases it.
-			m.orphan(a.tg, a.token, a.sendAt.Add(a.ac.ttl))
-		}
-		return res, err
+		return m.attemptSettled(ctx, &a)
 	}
 	b := a // captured by the exchange's goroutine; a stays on the stack
 	return exchangeOn(m, bounds, ctx, deadline, func(ctx context.Context) (attemptResult, error) {
-		return m.attemptOnce(ctx, &b)
+		return m.attemptSettled(ctx, &b)
 	}, func(res attemptResult, err error) {
-		if err != nil || res.status != attemptContended {
+		// The caller has gone: whatever the attempt may hold is released,
+		// unless Redis said the key is someone else's or attemptSettled
+		// already handed it over.
+		if (err == nil && res.status != attemptContended) || (err != nil && !isAbandoned(err)) {
 			m.orphan(b.tg, b.token, b.sendAt.Add(b.ac.ttl))
 		}
 	})
+}
+
+// attemptSettled is attemptOnce that hands the token to the reaper when the
+// attempt was sent but its reply did not come in time (the coalescer's
+// abandoned call): the server may still run it and take the key.
+func (m *Manager) attemptSettled(ctx context.Context, a *attemptArgs) (attemptResult, error) {
+	res, err := m.attemptOnce(ctx, a)
+	if isAbandoned(err) {
+		m.orphan(a.tg, a.token, a.sendAt.Add(a.ac.ttl))
+	}
+	return res, err
 }
 
 // attemptOnce makes the attempt a describes.

@@ -67,20 +67,54 @@ func TestRealHungServer(t *testing.T) {
 			t.Logf("20 locks reported lost %v after the server hung (TTL %v)", time.Since(stopped), ttl)
 
 			// Calls return by their deadline; what they sent stays in the
-			// server's socket.
+			// server's socket. First one alone, bounded by its wait limit
+			// well before its context: its command is the one in flight.
+			{
+				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				start := time.Now()
+				_, err := m.Acquire(cctx, "late-first", manager.AcquireWithTTL(30*time.Second), manager.AcquireWithWait(300*time.Millisecond))
+				cancel()
+				if !errors.Is(err, manager.ErrNotAcquired) {
+					t.Errorf("Acquire with a wait limit: %v, want ErrNotAcquired", err)
+				}
+				if d := time.Since(start); d > 2*time.Second {
+					srv.Cont()
+					t.Fatalf("Acquire with a 300 ms wait limit returned after %v", d)
+				}
+			}
 			const calls = 16
 			var wg sync.WaitGroup
 			errs := make(chan error, calls)
 			start := time.Now()
 			for i := range calls {
 				wg.Go(func() {
-					cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-					defer cancel()
+					res, ttl := fmt.Sprintf("late-%d", i), manager.AcquireWithTTL(30*time.Second)
 					var err error
-					if i%2 == 0 {
-						_, err = m.Acquire(cctx, fmt.Sprintf("late-%d", i), manager.AcquireWithTTL(30*time.Second))
-					} else {
-						_, err = m.TryAcquire(cctx, fmt.Sprintf("late-%d", i), manager.AcquireWithTTL(30*time.Second))
+					switch i % 3 {
+					case 0: // bounded by its context
+						cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+						defer cancel()
+						if _, err = m.Acquire(cctx, res, ttl); !errors.Is(err, context.DeadlineExceeded) {
+							err = fmt.Errorf("Acquire: %v, want an error matching context.DeadlineExceeded", err)
+						} else {
+							err = nil
+						}
+					case 1:
+						cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+						defer cancel()
+						if _, err = m.TryAcquire(cctx, res, ttl); !errors.Is(err, context.DeadlineExceeded) {
+							err = fmt.Errorf("TryAcquire: %v, want an error matching context.DeadlineExceeded", err)
+						} else {
+							err = nil
+						}
+					default: // bounded by its wait limit, well before its context
+						cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+						defer cancel()
+						if _, err = m.Acquire(cctx, res, ttl, manager.AcquireWithWait(300*time.Millisecond)); !errors.Is(err, manager.ErrNotAcquired) {
+							err = fmt.Errorf("Acquire with a wait limit: %v, want ErrNotAcquired", err)
+						} else {
+							err = nil
+						}
 					}
 					errs <- err
 				})
@@ -89,11 +123,11 @@ func TestRealHungServer(t *testing.T) {
 			close(errs)
 			if d := time.Since(start); d > 2*time.Second {
 				srv.Cont()
-				t.Fatalf("calls with a 300 ms deadline returned after %v", d)
+				t.Fatalf("calls with a 300 ms deadline or wait limit returned after %v", d)
 			}
 			for err := range errs {
-				if !errors.Is(err, context.DeadlineExceeded) {
-					t.Errorf("got %v, want an error matching context.DeadlineExceeded", err)
+				if err != nil {
+					t.Error(err)
 				}
 			}
 			for _, l := range held {
