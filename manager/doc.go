@@ -39,7 +39,10 @@
 //
 // Each Manager runs one goroutine, the watchdog scheduler. It renews every
 // held lock every TTL/3, pipelining the renewals due in one tick per cluster
-// node (10,000 held locks cost one round trip per master per tick). When a
+// node (10,000 held locks cost one round trip per master per tick), on a
+// goroutine of their own so that a renewal stuck in I/O never delays a
+// loss; a failed renewal is retried with backoff while the lock is valid.
+// When a
 // renewal finds the key gone or owned by someone else, or the lock's
 // validity (measured on this process's monotonic clock from the send time of
 // the last successful write) runs out with no successful renewal, the lock
@@ -58,6 +61,19 @@
 // has seen. On an unplanned failover Redis can lose the latest INCR (its
 // replication is asynchronous), so a fence may repeat: have the storage
 // reject a repeated fence from a different owner too.
+//
+// # Deadlines and misbehaving servers
+//
+// Every call returns by its context's deadline, whatever the client's
+// options: on a standalone or Sentinel-managed client the Manager's own
+// coalescer batches concurrent callers' commands and waits for each reply
+// only until its caller's context ends; elsewhere a command runs on the
+// caller's goroutine where the client bounds it by the context
+// (ContextTimeoutEnabled), else on a goroutine of the Manager's. An attempt
+// whose reply comes after its caller has gone is released. A context that
+// has already ended sends nothing. Values shardlock did not write (another
+// value or type under a lock key, a junk fence counter or queue entry) are
+// never changed: such a key is someone else's.
 //
 // # Errors
 //
