@@ -607,10 +607,7 @@ func (l *Lock) renewed(sentAtTime time.Time, ttl time.Duration) {
 func (l *Lock) nextDueLocked() (mono, time.Duration) {
 	due, slack := l.validUntil, time.Duration(0)
 	if l.watchdog && !l.maxFired && !l.renewing && l.nextRenew.Before(due) {
-		due = l.nextRenew
-		if l.renewFails == 0 {
-			slack = l.interval / 4
-		}
+		due, slack = l.nextRenew, l.renewSlackLocked()
 	}
 	if !l.maxHoldAt.IsZero() && !l.maxFired && l.maxHoldAt.Before(due) {
 		due, slack = l.maxHoldAt, 0
@@ -624,11 +621,17 @@ func (l *Lock) renewDueLocked(now mono) bool {
 	if !l.watchdog || l.maxFired || l.renewing {
 		return false
 	}
-	slack := time.Duration(0)
-	if l.renewFails == 0 {
-		slack = l.interval / 4
+	return !now.Add(l.renewSlackLocked()).Before(l.nextRenew)
+}
+
+// renewSlackLocked is how early a renewal may go: a quarter interval, to
+// share a pipeline with the renewals due close to it; none for a retry
+// after a failed renewal, which keeps its backoff.
+func (l *Lock) renewSlackLocked() time.Duration {
+	if l.renewFails > 0 {
+		return 0
 	}
-	return !now.Add(slack).Before(l.nextRenew)
+	return l.interval / 4
 }
 
 // TTL returns the lock's remaining TTL on the server. It returns ErrExpired

@@ -62,7 +62,7 @@ type Manager struct {
 // options, a *ServerVersionError for a server that is too old, and the
 // Redis error when the servers cannot be reached.
 func New(client Client, opts ...Option) (*Manager, error) {
-	if client == nil || isNilClient(client) {
+	if isNil(client) { // nil, or a nil pointer of any client type
 		return nil, invalid("client", "nil")
 	}
 	cfg := defaultConfig()
@@ -110,10 +110,6 @@ func New(client Client, opts ...Option) (*Manager, error) {
 	m.unregister = m.mx.AddHeldSource(m.sched.eachHeld)
 	return m, nil
 }
-
-// isNilClient reports whether c is a nil pointer of any client type
-// (*redis.Client, *redis.Ring, *redis.AutoPipeliner, ...).
-func isNilClient(c Client) bool { return isNil(c) }
 
 // errNoManager is what a method of a nil *Manager, or of a Manager not made
 // by New, returns.
