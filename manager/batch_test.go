@@ -31,7 +31,7 @@ func TestBatchBadInputMakesNoRoundTrip(t *testing.T) {
 	_, c := miniClient(t)
 	hook := &faultHook{}
 	c.AddHook(hook)
-	m := newManager(t, c, manager.WithAutoPipeline(false))
+	m := newManager(t, c, manager.WithCoalescing(false))
 	ctx := ctxT(t)
 	before := hook.seen.Load()
 	many := make([]string, manager.MaxBatch+1)
@@ -224,7 +224,7 @@ func TestRealBatchFirstAttempt(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, c redis.UniversalClient) {
 		hook := &resendHook{name: "evalsha"}
 		c.AddHook(hook)
-		m := newManager(t, c, manager.WithWatchdog(false), manager.WithAutoPipeline(false))
+		m := newManager(t, c, manager.WithWatchdog(false), manager.WithCoalescing(false))
 		other := newManager(t, c, manager.WithWatchdog(false))
 		ctx := ctxT(t)
 		res := group(t, testenv.Unique("first"), "a", "b", "c", "d")

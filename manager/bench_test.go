@@ -111,7 +111,7 @@ func floorFor(c redis.UniversalClient) func(ctx context.Context, worker int, run
 }
 
 func managerFor(b *testing.B, c redis.UniversalClient, autoPipeline bool) func(ctx context.Context, worker int, run string) error {
-	m := newManager(b, c, manager.WithAutoPipeline(autoPipeline))
+	m := newManager(b, c, manager.WithCoalescing(autoPipeline))
 	return func(ctx context.Context, w int, run string) error {
 		l, err := m.TryAcquire(ctx, fmt.Sprintf("%s-%d", run, w))
 		if err != nil {

@@ -2,51 +2,117 @@ package manager
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // commander is what the lock calls send their commands through: the
-// client itself, or the coalescer in front of it.
+// coalescer, or the client itself behind once (coalescing off).
 type commander interface {
 	redis.Scripter
 	Process(ctx context.Context, cmd redis.Cmder) error
 }
 
 var (
-	_ commander = (*redis.Client)(nil)
-	_ commander = (*redis.ClusterClient)(nil)
 	_ commander = (*coalescer)(nil)
+	_ commander = once{}
 )
 
-// coalescer sends concurrent callers' commands to one server (a standalone
-// or Sentinel-managed client) as pipelines: each caller queues its command
-// and waits for its own reply, until its context ends. A command whose
-// caller stopped waiting before it was sent is never sent; one already sent
-// is answered into the void (what it did is settled by the caller's
-// reaper). One pipeline of at most coalesceBatch commands is in flight at
-// a time: the commands queued meanwhile go together in the next one.
+// noRetry wraps a command so that go-redis never sends it twice: neither
+// its pipelines (which re-send a whole batch after a connection error or a
+// "not now" reply at its head) nor a client's own retries (which re-send a
+// command whose reply was lost) re-send a command whose NoRetry is true.
+// Redirects (MOVED, ASK) are still followed: the command did not run.
+type noRetry struct{ redis.Cmder }
+
+func (noRetry) NoRetry() bool { return true }
+
+// once sends each command through the client, alone and never twice: the
+// lock calls' path when coalescing is off.
+type once struct{ c redis.UniversalClient }
+
+func (o once) Process(ctx context.Context, cmd redis.Cmder) error {
+	return o.c.Process(ctx, noRetry{cmd})
+}
+
+func (o once) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return scriptCmd(ctx, o.Process, "eval", script, keys, args)
+}
+
+func (o once) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return scriptCmd(ctx, o.Process, "evalsha", sha1, keys, args)
+}
+
+func (o once) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return scriptCmd(ctx, o.Process, "eval_ro", script, keys, args)
+}
+
+func (o once) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return scriptCmd(ctx, o.Process, "evalsha_ro", sha1, keys, args)
+}
+
+func (o once) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {
+	return o.c.ScriptExists(ctx, hashes...)
+}
+
+func (o once) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
+	return o.c.ScriptLoad(ctx, script)
+}
+
+// coalescer sends concurrent callers' commands as pipelines, one lane per
+// server: the client's one server (a standalone or Sentinel-managed
+// client), or each master of a cluster, found by the slot of the command's
+// first key. Each caller queues its command and waits for its own reply,
+// until its context ends. A lane has at most one pipeline of at most
+// coalesceBatch commands in flight; the commands queued meanwhile go
+// together in the next one. A lane's flusher goroutine runs while the lane
+// has commands queued, and ends when it has none.
 //
-// It replaces go-redis's AutoPipeline() for single-server clients: that
-// one waits for a batch however the caller's context ends, so bounding a
-// call by its deadline would cost a goroutine per call.
+// Every command goes out exactly once (see noRetry): go-redis's pipelines
+// re-send answered commands, so they never get the chance. A reply that
+// says a command did not run (MOVED, ASK, TRYAGAIN, CLUSTERDOWN, LOADING,
+// MASTERDOWN, READONLY) makes the coalescer send that command again, alone:
+// through the cluster client, which follows the redirect (ASK with
+// ASKING), after a short pause for a "not now". After a connection error,
+// only the commands whose replies were not read carry the error, and they
+// are the only ones whose outcome is unknown. A command whose caller
+// stopped waiting before it was sent is never sent; one already sent is
+// answered into the void (what it did is settled by the caller's reaper).
+//
+// It replaces go-redis's AutoPipeline(), which re-sends answered commands
+// and waits for a batch however the caller's context ends.
 type coalescer struct {
-	c redis.UniversalClient
+	c   redis.UniversalClient
+	cc  *redis.ClusterClient // nil for one server
+	one *redis.Client        // the one server's client, nil for a cluster
 
 	mu     sync.Mutex
-	queue  []*queued
+	lanes  map[*redis.Client]*lane
 	closed bool
 
-	wake chan struct{} // one token per batch to send; buffered
-	stop chan struct{}
-	wg   sync.WaitGroup
+	wg sync.WaitGroup // flushers and re-sends
+}
+
+// lane is one server's queue.
+type lane struct {
+	node  *redis.Client
+	queue []*queued
 }
 
 const (
-	coalesceBatch    = 256
-	coalesceFlushers = 1
+	// coalesceBatch bounds a pipeline.
+	coalesceBatch = 256
+	// maxResends bounds how often a command is sent again after replies
+	// that say it did not run; resendPause is the first pause after a
+	// "not now", doubled each time up to resendPauseMax.
+	maxResends     = 64
+	resendPause    = time.Millisecond
+	resendPauseMax = 64 * time.Millisecond
 )
 
 // queued command states
@@ -58,15 +124,23 @@ const (
 )
 
 type queued struct {
+	ctx   context.Context // the caller's: bounds a re-send
 	cmd   redis.Cmder
 	state atomic.Int32
 	done  chan struct{} // closed when the reply is in cmd
 }
 
+// newCoalescer returns a coalescer for a *redis.Client or a
+// *redis.ClusterClient, nil for any other client.
 func newCoalescer(c redis.UniversalClient) *coalescer {
-	co := &coalescer{c: c, wake: make(chan struct{}, coalesceFlushers), stop: make(chan struct{})}
-	for range coalesceFlushers {
-		co.wg.Go(co.flusher)
+	co := &coalescer{c: c, lanes: map[*redis.Client]*lane{}}
+	switch c := c.(type) {
+	case *redis.ClusterClient:
+		co.cc = c
+	case *redis.Client:
+		co.one = c
+	default:
+		return nil
 	}
 	return co
 }
@@ -80,22 +154,30 @@ func (co *coalescer) Process(ctx context.Context, cmd redis.Cmder) error {
 		cmd.SetErr(err)
 		return err
 	}
-	q := &queued{cmd: cmd, done: make(chan struct{})}
+	node := co.one
+	if node == nil {
+		n, err := co.cc.MasterForKey(ctx, cmdKey(cmd))
+		if err != nil {
+			cmd.SetErr(err)
+			return err
+		}
+		node = n
+	}
+	q := &queued{ctx: ctx, cmd: cmd, done: make(chan struct{})}
 	co.mu.Lock()
 	if co.closed {
 		co.mu.Unlock()
 		cmd.SetErr(redis.ErrClosed)
 		return redis.ErrClosed
 	}
-	co.queue = append(co.queue, q)
-	first := len(co.queue) == 1
-	co.mu.Unlock()
-	if first {
-		select {
-		case co.wake <- struct{}{}:
-		default: // every flusher has a batch to take already
-		}
+	l := co.lanes[node]
+	if l == nil {
+		l = &lane{node: node}
+		co.lanes[node] = l
+		co.wg.Go(func() { co.flusher(l) })
 	}
+	l.queue = append(l.queue, q)
+	co.mu.Unlock()
 	select {
 	case <-q.done:
 		return cmd.Err()
@@ -112,65 +194,214 @@ func (co *coalescer) Process(ctx context.Context, cmd redis.Cmder) error {
 	return cmd.Err()
 }
 
-// flusher sends batches from the queue until stop.
-func (co *coalescer) flusher() {
+// cmdKey returns the first key of cmd, one of the lock calls' commands:
+// a script's first key, or the key of a single-key command.
+func cmdKey(cmd redis.Cmder) string {
+	args := cmd.Args()
+	i := 1
+	switch cmd.Name() {
+	case "eval", "evalsha", "eval_ro", "evalsha_ro":
+		i = 3
+	}
+	if len(args) <= i {
+		return ""
+	}
+	switch k := args[i].(type) {
+	case string:
+		return k
+	case []byte:
+		return string(k)
+	}
+	return ""
+}
+
+// flusher sends l's queue, a batch at a time, until it is empty; then it
+// removes l, and the next command for its server starts a new one.
+func (co *coalescer) flusher(l *lane) {
 	for {
-		select {
-		case <-co.stop:
+		co.mu.Lock()
+		if len(l.queue) == 0 {
+			delete(co.lanes, l.node)
+			co.mu.Unlock()
 			return
-		case <-co.wake:
 		}
-		for co.flushOnce() {
+		if co.closed {
+			for _, q := range l.queue {
+				if q.state.CompareAndSwap(queuedWaiting, queuedSent) {
+					q.cmd.SetErr(redis.ErrClosed)
+					close(q.done)
+				}
+			}
+			l.queue = nil
+			continue
+		}
+		n := min(len(l.queue), coalesceBatch)
+		batch := make([]*queued, 0, n)
+		for _, q := range l.queue[:n] {
+			if q.state.CompareAndSwap(queuedWaiting, queuedSent) {
+				batch = append(batch, q)
+			}
+		}
+		rest := copy(l.queue, l.queue[n:])
+		clear(l.queue[rest:])
+		l.queue = l.queue[:rest]
+		co.mu.Unlock()
+		if len(batch) > 0 {
+			co.send(l.node, batch)
 		}
 	}
 }
 
-// flushOnce sends one batch; it reports false when the queue was empty.
-func (co *coalescer) flushOnce() bool {
+// send sends batch to node as one pipeline (a lone command as itself) and
+// hands each caller its reply, or sends again the commands whose replies
+// say they did not run.
+func (co *coalescer) send(node *redis.Client, batch []*queued) {
+	bg := context.Background() // a batch is not any one caller's
+	if len(batch) == 1 {
+		_ = node.Process(bg, noRetry{batch[0].cmd})
+	} else {
+		pipe := node.Pipeline()
+		for _, q := range batch {
+			_ = pipe.Process(bg, noRetry{q.cmd})
+		}
+		if _, err := pipe.Exec(bg); err != nil && !isReply(err) {
+			unstamp(batch)
+		}
+	}
+	reload := false
+	for _, q := range batch {
+		err := q.cmd.Err()
+		switch {
+		case co.again(err) || (co.cc != nil && errors.Is(err, redis.ErrClosed)):
+			reload = reload || needsReload(err) || errors.Is(err, redis.ErrClosed)
+			co.wg.Go(func() { co.resend(q) })
+		default:
+			reload = reload || (err != nil && !isReply(err) && !errors.Is(err, redis.Nil))
+			close(q.done)
+		}
+	}
+	if reload && co.cc != nil {
+		co.cc.ReloadState(bg) // lazy: go-redis reloads once, in the background
+	}
+}
+
+// resend sends q's command again, alone, until a reply says it ran, or
+// until its caller leaves (the command then did not run: nothing about it
+// is ambiguous, though its caller settles it as if it were). A cluster
+// client routes it and follows redirects; a "not now" first waits a
+// little.
+func (co *coalescer) resend(q *queued) {
+	defer close(q.done)
+	pause := resendPause
+	for range maxResends {
+		if err := q.cmd.Err(); isNotNow(err) {
+			t := time.NewTimer(pause)
+			select {
+			case <-t.C:
+			case <-q.ctx.Done():
+				t.Stop()
+				return
+			}
+			pause = min(2*pause, resendPauseMax)
+		}
+		if q.state.Load() != queuedSent || co.isClosed() {
+			return
+		}
+		q.cmd.SetErr(nil)
+		if co.cc != nil {
+			_ = co.cc.Process(q.ctx, noRetry{q.cmd})
+		} else {
+			_ = co.one.Process(q.ctx, noRetry{q.cmd})
+		}
+		if err := q.cmd.Err(); !co.again(err) {
+			return
+		} else if co.cc != nil && needsReload(err) {
+			co.cc.ReloadState(context.Background())
+		}
+	}
+}
+
+func (co *coalescer) isClosed() bool {
 	co.mu.Lock()
-	n := min(len(co.queue), coalesceBatch)
-	if n == 0 {
-		co.mu.Unlock()
+	defer co.mu.Unlock()
+	return co.closed
+}
+
+// unstamp clears the connection error go-redis stamps on every command of
+// a pipeline that failed, from the commands whose replies were read before
+// it failed: a reply leaves a value behind. (A reply that leaves no value,
+// an empty string say, keeps the error: it counts as unanswered, which is
+// never wrong, only less precise.)
+func unstamp(batch []*queued) {
+	for _, q := range batch {
+		if err := q.cmd.Err(); err == nil || isReply(err) || errors.Is(err, redis.Nil) {
+			continue
+		}
+		var answered bool
+		switch c := q.cmd.(type) {
+		case *redis.Cmd:
+			answered = c.Val() != nil
+		case *redis.StatusCmd:
+			answered = c.Val() != ""
+		case *redis.StringCmd:
+			answered = c.Val() != ""
+		case *redis.IntCmd:
+			answered = c.Val() != 0
+		}
+		if answered {
+			q.cmd.SetErr(nil)
+		}
+	}
+}
+
+// again reports whether err, the outcome of a send, says the command did
+// not run and is to be sent again: "not now" (see isNotNow), or on a
+// cluster a redirect. (A command sent to the client of a node that has
+// left the cluster fails with redis.ErrClosed, unsent: send treats that
+// as a redirect too.)
+func (co *coalescer) again(err error) bool {
+	return isNotNow(err) || (co.cc != nil && isRedirect(err))
+}
+
+// isRedirect reports whether err is a MOVED or ASK reply.
+func isRedirect(err error) bool {
+	if !isReply(err) {
 		return false
 	}
-	batch := make([]*queued, 0, n)
-	for _, q := range co.queue[:n] {
-		if q.state.CompareAndSwap(queuedWaiting, queuedSent) {
-			batch = append(batch, q)
-		}
-	}
-	rest := copy(co.queue, co.queue[n:])
-	clear(co.queue[rest:])
-	co.queue = co.queue[:rest]
-	co.mu.Unlock()
-	if rest > 0 {
-		select {
-		case co.wake <- struct{}{}: // another flusher takes the rest meanwhile
-		default:
-		}
-	}
-	if len(batch) == 0 {
-		return true
-	}
-	if len(batch) == 1 {
-		// A lone command goes as itself: no pipeline to build.
-		_ = co.c.Process(context.Background(), batch[0].cmd)
-	} else {
-		pipe := co.c.Pipeline()
-		for _, q := range batch {
-			_ = pipe.Process(context.Background(), q.cmd)
-		}
-		_, _ = pipe.Exec(context.Background())
-	}
-	for _, q := range batch {
-		close(q.done)
-	}
-	return true
+	msg := err.Error()
+	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ")
 }
 
-// close stops the flushers after the batches in flight, waiting for them
-// until ctx ends (a batch stuck on a hung server ends by the client's
-// timeouts); commands queued after it fail with redis.ErrClosed.
+// isNotNow reports whether err is a reply that says "not now": the
+// command did not run because the slot is migrating (TRYAGAIN), the
+// cluster or the master is down (CLUSTERDOWN, MASTERDOWN), the server is
+// loading its data (LOADING) or is a replica now (READONLY).
+func isNotNow(err error) bool {
+	if !isReply(err) {
+		return false
+	}
+	msg := err.Error()
+	for _, p := range [...]string{"TRYAGAIN", "CLUSTERDOWN", "LOADING", "MASTERDOWN", "READONLY"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// needsReload reports whether err says the cluster's slot map has changed.
+func needsReload(err error) bool {
+	if !isReply(err) {
+		return false
+	}
+	msg := err.Error()
+	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "CLUSTERDOWN") || strings.HasPrefix(msg, "READONLY")
+}
+
+// close makes commands queued from now on fail with redis.ErrClosed, and
+// waits until ctx ends for the flushers and re-sends (a batch stuck on a
+// hung server ends by the client's timeouts). Queued commands not yet sent
+// fail with redis.ErrClosed.
 func (co *coalescer) close(ctx context.Context) {
 	co.mu.Lock()
 	if co.closed {
@@ -179,7 +410,6 @@ func (co *coalescer) close(ctx context.Context) {
 	}
 	co.closed = true
 	co.mu.Unlock()
-	close(co.stop)
 	stopped := make(chan struct{})
 	go func() {
 		co.wg.Wait()
@@ -187,25 +417,26 @@ func (co *coalescer) close(ctx context.Context) {
 	}()
 	select {
 	case <-stopped:
-	case <-ctx.Done():
-		return // the flushers end with their batches
+	case <-ctx.Done(): // the flushers end with their batches
 	}
+}
+
+// queuedLen returns how many commands wait in the lanes' queues.
+func (co *coalescer) queuedLen() int {
 	co.mu.Lock()
-	for _, q := range co.queue {
-		if q.state.CompareAndSwap(queuedWaiting, queuedSent) {
-			q.cmd.SetErr(redis.ErrClosed)
-			close(q.done)
-		}
+	defer co.mu.Unlock()
+	n := 0
+	for _, l := range co.lanes {
+		n += len(l.queue)
 	}
-	co.queue = nil
-	co.mu.Unlock()
+	return n
 }
 
 // scriptCmd runs a script command (EVAL, EVALSHA and their _RO forms)
-// through the coalescer. A caller that stopped waiting after it was sent
-// gets a command of its own with the error, as the coalescer now owns the
-// one it sent.
-func (co *coalescer) scriptCmd(ctx context.Context, name, body string, keys []string, args []any) *redis.Cmd {
+// through process. A caller that stopped waiting after it was sent gets a
+// command of its own with the error, as the coalescer now owns the one it
+// sent.
+func scriptCmd(ctx context.Context, process func(context.Context, redis.Cmder) error, name, body string, keys []string, args []any) *redis.Cmd {
 	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
 	cmdArgs = append(cmdArgs, name, body, len(keys))
 	for _, k := range keys {
@@ -213,7 +444,7 @@ func (co *coalescer) scriptCmd(ctx context.Context, name, body string, keys []st
 	}
 	cmdArgs = append(cmdArgs, args...)
 	cmd := redis.NewCmd(ctx, cmdArgs...)
-	if err := co.Process(ctx, cmd); isAbandoned(err) {
+	if err := process(ctx, cmd); isAbandoned(err) {
 		own := redis.NewCmd(ctx)
 		own.SetErr(err)
 		return own
@@ -222,19 +453,19 @@ func (co *coalescer) scriptCmd(ctx context.Context, name, body string, keys []st
 }
 
 func (co *coalescer) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return co.scriptCmd(ctx, "eval", script, keys, args)
+	return scriptCmd(ctx, co.Process, "eval", script, keys, args)
 }
 
 func (co *coalescer) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	return co.scriptCmd(ctx, "evalsha", sha1, keys, args)
+	return scriptCmd(ctx, co.Process, "evalsha", sha1, keys, args)
 }
 
 func (co *coalescer) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return co.scriptCmd(ctx, "eval_ro", script, keys, args)
+	return scriptCmd(ctx, co.Process, "eval_ro", script, keys, args)
 }
 
 func (co *coalescer) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	return co.scriptCmd(ctx, "evalsha_ro", sha1, keys, args)
+	return scriptCmd(ctx, co.Process, "evalsha_ro", sha1, keys, args)
 }
 
 func (co *coalescer) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {

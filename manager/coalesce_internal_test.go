@@ -98,9 +98,7 @@ func TestCoalescerBatches(t *testing.T) {
 	// Every caller is queued before the first round trip ends (the queue
 	// has no signal: poll it, bounded).
 	for i := 0; ; i++ {
-		co.mu.Lock()
-		queued := len(co.queue)
-		co.mu.Unlock()
+		queued := co.queuedLen()
 		if queued == n {
 			break
 		}

@@ -343,8 +343,9 @@ func (m *Manager) attemptQueued(ctx context.Context, key string, w *fairWaiter, 
 // leaveQueued takes a waiter that gave up out of Redis's queue; if its entry
 // is not there (it may have been handed the lock already, or be about to
 // be), its token goes to the orphan reaper. It waits for that while ctx
-// lasts (at most a second), and leaves it to the background once ctx has
-// ended: the caller is on its way out and must not wait past its deadline.
+// lasts, for at most leaveWait (a round trip, unless Redis is in trouble),
+// and leaves the rest to the background: the caller is on its way out and
+// must not wait past its deadline.
 func (m *Manager) leaveQueued(ctx context.Context, key string, w *fairWaiter, entry string) {
 	leave := func(context.Context) error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -364,5 +365,9 @@ func (m *Manager) leaveQueued(ctx context.Context, key string, w *fairWaiter, en
 		m.io.goFn(func() { _ = leave(nil) })
 		return
 	}
-	_ = m.bounded(ctx, time.Now().Add(time.Second), leave, nil)
+	_ = m.bounded(ctx, time.Now().Add(leaveWait), leave, nil)
 }
+
+// leaveWait bounds how long a waiter that gave up waits for its queue
+// entry's removal.
+const leaveWait = 50 * time.Millisecond

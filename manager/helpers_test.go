@@ -2,6 +2,7 @@ package manager_test
 
 import (
 	"context"
+	"reflect"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -158,4 +159,16 @@ func countingCluster(t *testing.T) (*redis.ClusterClient, *atomic.Int64) {
 	var trips, cmds atomic.Int64
 	c.OnNewNode(func(node *redis.Client) { node.AddHook(&countHook{pipelines: &trips, cmds: &cmds}) })
 	return c, &trips
+}
+
+// unwrapCmd returns the command shardlock wrapped cmd around (it wraps
+// every command so that go-redis never retries it), or cmd itself.
+func unwrapCmd(cmd redis.Cmder) redis.Cmder {
+	v := reflect.ValueOf(cmd)
+	if v.Kind() == reflect.Struct && v.NumField() == 1 && v.Type().Field(0).Anonymous {
+		if inner, ok := v.Field(0).Interface().(redis.Cmder); ok {
+			return inner
+		}
+	}
+	return cmd
 }

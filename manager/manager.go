@@ -32,8 +32,8 @@ var (
 // scheduler, which Close stops.
 type Manager struct {
 	client Client
-	cmd    commander  // client, or the coalescer (or go-redis's auto-pipeliner) in front of it
-	co     *coalescer // nil unless the lock calls are coalesced by shardlock
+	cmd    commander  // the coalescer in front of client, or client behind once
+	co     *coalescer // nil when coalescing is off
 	renew  Client
 	cfg    config
 	log    *zap.Logger
@@ -88,17 +88,10 @@ func New(client Client, opts ...Option) (*Manager, error) {
 			return nil, fmt.Errorf("shardlock: startup check: %w", err)
 		}
 	}
-	_, isCluster := client.(*redis.ClusterClient)
-	if (cfg.autoPipeline == nil && !isCluster) || (cfg.autoPipeline != nil && *cfg.autoPipeline) {
-		if c, ok := client.(*redis.Client); ok {
-			m.co = newCoalescer(c) // one server: shardlock's own coalescer
+	m.cmd = once{client}
+	if cfg.autoPipeline == nil || *cfg.autoPipeline {
+		if m.co = newCoalescer(client); m.co != nil {
 			m.cmd = m.co
-		} else {
-			ap, err := client.AutoPipeline()
-			if err != nil {
-				return nil, fmt.Errorf("shardlock: auto-pipeline: %w", err)
-			}
-			m.cmd = ap
 		}
 	}
 	m.cmdBounds, m.clientBounds = honoursDeadlines(m.cmd), honoursDeadlines(client)
@@ -504,7 +497,7 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 			// subscribed while this process has waiters: one subscription,
 			// not one per turn.
 			if m.notify != nil {
-				defer m.notify.watch(ctx, tg.key)()
+				defer m.notify.watch(ctx, tg.key, waitUntil)()
 			}
 			if remaining := time.Until(waitUntil); remaining > 0 {
 				resetTimer(&timer, remaining)
@@ -543,7 +536,7 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 				}
 				k := tg.batch.keys[i-1]
 				watched = append(watched, k)
-				unwatches = append(unwatches, m.notify.watchFree(ctx, k, wake))
+				unwatches = append(unwatches, m.notify.watchFree(ctx, k, waitUntil, wake))
 				added = true
 			}
 			if added {

@@ -188,7 +188,7 @@ func TestMetricsCardinalityWith100kResources(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	mx, _ := metrics.New(reg, metrics.Options{MaxClasses: 8})
 	m := newManager(t, c, manager.WithMetrics(mx), manager.WithWatchdog(false), manager.WithStartupCheck(0),
-		manager.WithAutoPipeline(false),
+		manager.WithCoalescing(false),
 		manager.WithClassFunc(func(r string) string { return r })) // the worst class function
 	ctx := ctxT(t)
 	for i := range 100000 {
@@ -233,7 +233,7 @@ type answerHook struct{}
 func (answerHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (answerHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		switch c := cmd.(type) {
+		switch c := unwrapCmd(cmd).(type) {
 		case *redis.StatusCmd: // SET NX: taken
 			c.SetVal("OK")
 		case *redis.StringCmd:

@@ -71,9 +71,10 @@ func (n *notifier) nodeClient(ctx context.Context, key string) (*redis.Client, e
 
 // watch keeps the channel of the lock at key subscribed, subscribing it
 // when no waiter of this Manager has yet; the returned function stops
-// watching. It waits for a new subscription until it is made, ctx ends or
-// subscribeWait passes, whichever comes first.
-func (n *notifier) watch(ctx context.Context, key string) (unwatch func()) {
+// watching. It waits for a new subscription until it is made, ctx ends,
+// until passes (zero: no limit) or subscribeWait passes, whichever comes
+// first.
+func (n *notifier) watch(ctx context.Context, key string, until time.Time) (unwatch func()) {
 	ch := sharding.ChannelName(key)
 	n.mu.Lock()
 	if n.closed {
@@ -89,7 +90,11 @@ func (n *notifier) watch(ctx context.Context, key string) (unwatch func()) {
 	pending := n.subscribeLocked(key, ch, cw)
 	n.mu.Unlock()
 	if pending != nil {
-		t := time.NewTimer(subscribeWait)
+		wait := subscribeWait
+		if left := time.Until(until); !until.IsZero() && left < wait {
+			wait = max(left, 0)
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-pending:
 		case <-ctx.Done():
@@ -170,8 +175,8 @@ func (n *notifier) nodeSub(node *redis.Client) *nodeSub {
 
 // watchFree is watch for a batch waiter: it also signals wake (without
 // blocking; give it a buffer of one) each time the key is announced free.
-func (n *notifier) watchFree(ctx context.Context, key string, wake chan struct{}) (unwatch func()) {
-	stop := n.watch(ctx, key)
+func (n *notifier) watchFree(ctx context.Context, key string, until time.Time, wake chan struct{}) (unwatch func()) {
+	stop := n.watch(ctx, key, until)
 	ch := sharding.ChannelName(key)
 	n.mu.Lock()
 	if cw := n.chans[ch]; cw != nil {

@@ -59,7 +59,7 @@ type config struct {
 	replicas       int
 	replicaTimeout time.Duration
 	replicaPolicy  ReplicaPolicy
-	autoPipeline   *bool // nil: on for a standalone or failover client, off for a cluster client
+	autoPipeline   *bool // coalescing; nil: on
 	startupCheck   time.Duration
 	traceID        func(context.Context) string
 	metrics        *metrics.Metrics
@@ -150,17 +150,26 @@ func WithReplicaAck(n int, timeout time.Duration, policy ReplicaPolicy) Option {
 	return optionFunc(func(c *config) { c.replicas, c.replicaTimeout, c.replicaPolicy = n, timeout, policy })
 }
 
-// WithAutoPipeline turns coalescing on or off for acquire, release, extend
-// and TTL: concurrent callers' commands go out together as pipelines. The
-// default is on for a standalone or Sentinel-managed client, where
-// shardlock's own coalescer sends them (each caller waits for its own
-// reply until its context ends, and a command whose caller has gone before
-// it was sent is never sent), and off for a cluster client. On for a
-// cluster client, go-redis's AutoPipeline() sends them: it can re-send
-// answered commands during a slot migration, so only turn it on for a
-// cluster whose slots never migrate while locks are taken; the client owns
-// that auto-pipeliner (close the client to stop it).
-func WithAutoPipeline(on bool) Option { return optionFunc(func(c *config) { c.autoPipeline = &on }) }
+// WithCoalescing turns coalescing on or off for acquire, release, extend
+// and TTL. On (the default, for every client kind) concurrent callers'
+// commands for one server (the standalone or Sentinel-managed server, or
+// each master of a cluster) go out together as one pipeline, and each
+// caller waits for its own reply until its context ends. Every command is
+// sent once: a reply that says it did not run (MOVED, ASK, TRYAGAIN,
+// CLUSTERDOWN, LOADING, MASTERDOWN, READONLY) sends it again alone, and
+// nothing that ran is ever sent twice. A command whose caller has gone
+// before it was sent is never sent. Off, each call sends its commands
+// itself, one at a time, never twice either.
+//
+// go-redis's AutoPipeline() is never used: its pipelines re-send answered
+// commands after a connection error or a "not now" reply, which makes a
+// held lock look lost or a released lock look not held.
+func WithCoalescing(on bool) Option { return optionFunc(func(c *config) { c.autoPipeline = &on }) }
+
+// WithAutoPipeline is WithCoalescing.
+//
+// Deprecated: use WithCoalescing.
+func WithAutoPipeline(on bool) Option { return WithCoalescing(on) }
 
 // WithStartupCheck bounds the checks New makes (server versions, script
 // preload). 0 skips them. The default is 5 s.

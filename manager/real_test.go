@@ -292,7 +292,7 @@ func TestRealStalledAcquireDoesNotStrandKey(t *testing.T) {
 	admin := testenv.Standalone(t)
 	c := redis.NewClient(&redis.Options{Addr: addr, ReadTimeout: 200 * time.Millisecond, MaxRetries: -1})
 	t.Cleanup(func() { _ = c.Close() })
-	m := newManager(t, c, manager.WithAutoPipeline(false))
+	m := newManager(t, c, manager.WithCoalescing(false))
 	ctx := ctxT(t)
 	key := "shardlock:{" + testenv.Unique("stall") + "}"
 	res := key[len("shardlock:{") : len(key)-1]

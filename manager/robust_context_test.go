@@ -63,7 +63,7 @@ func TestRealEndedContextSendsNothing(t *testing.T) {
 			t.Cleanup(func() { _ = c.Close() })
 			hook := newCountHook("*")
 			c.AddHook(hook)
-			m := newManager(t, c, manager.WithAutoPipeline(autoPipeline))
+			m := newManager(t, c, manager.WithCoalescing(autoPipeline))
 			live := ctxT(t)
 			held, err := m.TryAcquire(live, testenv.Unique("held"))
 			if err != nil {
@@ -162,7 +162,7 @@ func TestRealWatchdogBacksOffAndStops(t *testing.T) {
 		fault := &faultHook{cmd: "evalsha"}
 		c.AddHook(fault)
 		logger, logs := observedLogger()
-		m := newManager(t, c, manager.WithAutoPipeline(false), manager.WithTTL(time.Second), manager.WithLogger(logger))
+		m := newManager(t, c, manager.WithCoalescing(false), manager.WithTTL(time.Second), manager.WithLogger(logger))
 		l, err := m.TryAcquire(ctxT(t), testenv.Unique("backoff"))
 		if err != nil {
 			t.Fatal(err)
@@ -188,7 +188,7 @@ func TestRealWatchdogBacksOffAndStops(t *testing.T) {
 	t.Run("closed client", func(t *testing.T) {
 		c := redis.NewClient(&redis.Options{Addr: testenv.StandaloneAddr(t)})
 		logger, logs := observedLogger()
-		m := newManager(t, c, manager.WithAutoPipeline(false), manager.WithTTL(3*time.Second),
+		m := newManager(t, c, manager.WithCoalescing(false), manager.WithTTL(3*time.Second),
 			manager.WithRenewInterval(100*time.Millisecond), manager.WithLogger(logger.WithOptions(zap.IncreaseLevel(zap.WarnLevel))))
 		l, err := m.TryAcquire(ctxT(t), testenv.Unique("closed"))
 		if err != nil {

@@ -24,7 +24,7 @@ func TestRetryStrategiesThatWouldPanicAreRefused(t *testing.T) {
 	_, c := miniClient(t)
 	hook := &faultHook{}
 	c.AddHook(hook)
-	m := newManager(t, c, manager.WithAutoPipeline(false))
+	m := newManager(t, c, manager.WithCoalescing(false))
 	ctx := ctxT(t)
 	tests := []struct {
 		name string
@@ -176,7 +176,7 @@ func TestMoreBadInputMakesNoRoundTrip(t *testing.T) {
 	_, c := miniClient(t)
 	hook := &faultHook{}
 	c.AddHook(hook)
-	m := newManager(t, c, manager.WithAutoPipeline(false))
+	m := newManager(t, c, manager.WithCoalescing(false))
 	ctx := ctxT(t)
 	long := strings.Repeat("r", manager.MaxResourceLen)
 	tests := []struct {

@@ -100,6 +100,8 @@ func honoursDeadlines(c any) bool {
 	switch c := c.(type) {
 	case *coalescer:
 		return true
+	case once:
+		return honoursDeadlines(c.c)
 	case *redis.Client:
 		return c.Options().ContextTimeoutEnabled
 	case *redis.ClusterClient:

@@ -63,7 +63,7 @@ func TestBadInputMakesNoRoundTrip(t *testing.T) {
 	_, c := miniClient(t)
 	hook := &faultHook{}
 	c.AddHook(hook)
-	m := newManager(t, c, manager.WithAutoPipeline(false), manager.WithRenewInterval(time.Second))
+	m := newManager(t, c, manager.WithCoalescing(false), manager.WithRenewInterval(time.Second))
 	ctx := ctxT(t)
 	held, err := m.TryAcquire(ctx, "held")
 	if err != nil {
@@ -144,7 +144,7 @@ func TestTryAcquireAndReleaseResults(t *testing.T) {
 	for _, ap := range []bool{true, false} {
 		t.Run(map[bool]string{true: "autopipeline", false: "plain"}[ap], func(t *testing.T) {
 			mr, c := miniClient(t)
-			m := newManager(t, c, manager.WithAutoPipeline(ap))
+			m := newManager(t, c, manager.WithCoalescing(ap))
 			ctx := ctxT(t)
 
 			l, err := m.TryAcquire(ctx, "order:1")
@@ -208,7 +208,7 @@ func TestSecondReleaseMakesNoRoundTrip(t *testing.T) {
 	_, c := miniClient(t)
 	hook := &faultHook{}
 	c.AddHook(hook)
-	m := newManager(t, c, manager.WithAutoPipeline(false))
+	m := newManager(t, c, manager.WithCoalescing(false))
 	ctx := ctxT(t)
 	l, err := m.TryAcquire(ctx, "r")
 	if err != nil {
@@ -487,7 +487,7 @@ func TestAcquireAfterLostReplyIsIdempotent(t *testing.T) {
 	hook := &faultHook{cmd: "set", lostReply: true}
 	hook.n.Store(1)
 	c.AddHook(hook)
-	m := newManager(t, c, manager.WithAutoPipeline(false), manager.WithRetry(manager.LinearBackoff(time.Millisecond)))
+	m := newManager(t, c, manager.WithCoalescing(false), manager.WithRetry(manager.LinearBackoff(time.Millisecond)))
 	l, err := m.Acquire(ctxT(t), "r")
 	if err != nil {
 		t.Fatalf("Acquire = %v", err)
@@ -528,7 +528,7 @@ func TestTryAcquireAfterHiddenResend(t *testing.T) {
 	mr, c := miniClient(t)
 	hook := &resendHook{}
 	c.AddHook(hook)
-	m := newManager(t, c, manager.WithAutoPipeline(false))
+	m := newManager(t, c, manager.WithCoalescing(false))
 	l, err := m.TryAcquire(ctxT(t), "r")
 	if err != nil {
 		t.Fatalf("TryAcquire after a re-sent SET = %v", err)
@@ -564,7 +564,7 @@ func TestLostAcquireReplyDoesNotStrandKey(t *testing.T) {
 		}
 		hook.n.Store(1)
 		c.AddHook(hook)
-		m := newManager(t, c, manager.WithAutoPipeline(false), manager.WithFencing(fenced))
+		m := newManager(t, c, manager.WithCoalescing(false), manager.WithFencing(fenced))
 		_, err := m.TryAcquire(ctxT(t), "r")
 		if err == nil || errors.Is(err, manager.ErrNotAcquired) {
 			t.Fatalf("TryAcquire with a lost reply = %v, want the timeout", err)
@@ -581,7 +581,7 @@ func TestReleaseRetriesTransientErrors(t *testing.T) {
 		mr, c := miniClient(t)
 		hook := &faultHook{cmd: "evalsha", lostReply: lostReply}
 		c.AddHook(hook)
-		m := newManager(t, c, manager.WithAutoPipeline(false), manager.WithWatchdog(false))
+		m := newManager(t, c, manager.WithCoalescing(false), manager.WithWatchdog(false))
 		ctx := ctxT(t)
 		l, err := m.TryAcquire(ctx, "r")
 		if err != nil {
@@ -645,7 +645,7 @@ func TestWatchdogRetriesTransientRenewalFailures(t *testing.T) {
 		_, c := miniClient(t)
 		hook := &faultHook{cmd: "evalsha"}
 		c.AddHook(hook)
-		m := newManager(t, c, manager.WithAutoPipeline(false), manager.WithTTL(time.Second),
+		m := newManager(t, c, manager.WithCoalescing(false), manager.WithTTL(time.Second),
 			manager.WithRenewInterval(50*time.Millisecond))
 		l, err := m.TryAcquire(ctxT(t), "r")
 		if err != nil {
@@ -669,7 +669,7 @@ func TestWatchdogRetriesTransientRenewalFailures(t *testing.T) {
 		_, c := miniClient(t)
 		hook := &faultHook{cmd: "evalsha"}
 		c.AddHook(hook)
-		m := newManager(t, c, manager.WithAutoPipeline(false), manager.WithTTL(200*time.Millisecond))
+		m := newManager(t, c, manager.WithCoalescing(false), manager.WithTTL(200*time.Millisecond))
 		l, err := m.TryAcquire(ctxT(t), "r")
 		if err != nil {
 			t.Fatal(err)
@@ -780,7 +780,7 @@ func TestLateReplyIsNotAcquired(t *testing.T) {
 		mr.Del(key)
 	}}
 	c.AddHook(hook)
-	m := newManager(t, c, manager.WithAutoPipeline(false), manager.WithWatchdog(false),
+	m := newManager(t, c, manager.WithCoalescing(false), manager.WithWatchdog(false),
 		manager.WithRetry(manager.LinearBackoff(time.Millisecond)))
 	ctx := ctxT(t)
 	ttl := manager.AcquireWithTTL(50 * time.Millisecond)

@@ -95,7 +95,7 @@ func TestLocalWaitersQueue(t *testing.T) {
 	hook := &faultHook{}
 	c.AddHook(hook)
 	count := func() int64 {
-		opts := []manager.Option{manager.WithAutoPipeline(false), manager.WithNotifications(false),
+		opts := []manager.Option{manager.WithCoalescing(false), manager.WithNotifications(false),
 			manager.WithRetry(manager.LinearBackoff(10 * time.Millisecond))}
 		m := newManager(t, c, opts...)
 		res := testenv.Unique("q")
