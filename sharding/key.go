@@ -15,6 +15,7 @@ const (
 	FenceSuffix   = ":fence"
 	ChannelSuffix = ":released"
 	QueueSuffix   = ":waiters"
+	OutcomeSuffix = ":outcome"
 )
 
 // ErrBadResource reports a resource name that cannot be made into a lock key
@@ -63,7 +64,7 @@ func LockKey(prefix, resource string) (string, error) {
 }
 
 func hasReservedSuffix(s string) bool {
-	return strings.HasSuffix(s, FenceSuffix) || strings.HasSuffix(s, ChannelSuffix) || strings.HasSuffix(s, QueueSuffix)
+	return IsHelperKey(s) || strings.HasSuffix(s, ChannelSuffix)
 }
 
 // FenceKey returns the key of the fencing counter of the lock stored at
@@ -79,8 +80,14 @@ func ChannelName(lockKey string) string { return lockKey + ChannelSuffix }
 // It shares lockKey's slot.
 func QueueKey(lockKey string) string { return lockKey + QueueSuffix }
 
-// IsHelperKey reports whether key is a helper key ([FenceKey], [QueueKey])
-// rather than a lock key, for tools that scan a key space by prefix.
+// OutcomeKey returns the key of the short-lived record a release of the
+// lock stored at lockKey leaves of its outcome, so that the same release
+// run twice answers the same. It shares lockKey's slot.
+func OutcomeKey(lockKey string) string { return lockKey + OutcomeSuffix }
+
+// IsHelperKey reports whether key is a helper key ([FenceKey], [QueueKey],
+// [OutcomeKey]) rather than a lock key, for tools that scan a key space by
+// prefix.
 func IsHelperKey(key string) bool {
-	return strings.HasSuffix(key, FenceSuffix) || strings.HasSuffix(key, QueueSuffix)
+	return strings.HasSuffix(key, FenceSuffix) || strings.HasSuffix(key, QueueSuffix) || strings.HasSuffix(key, OutcomeSuffix)
 }

@@ -19,30 +19,54 @@
 -- type holds it, 2 when the key was handed
 -- to a queued waiter (ARGV[2], if given, queued behind it), and {3, fence}
 -- when it was handed to ARGV[2]'s waiter.
+--
+-- The same call run twice (a re-send) answers the same: a release that
+-- released leaves its outcome on "<key>:outcome" for 5 s, as
+-- "<token>=<answer>", and a run that finds the key not its token's answers
+-- from there. A token is released once, so only a re-send finds it.
 local k = KEYS[1]
 local v = redis.pcall('GET', k)
 local nxt = ARGV[2] or ''
+local function record(out)
+  redis.pcall('SET', k .. ':outcome', ARGV[1] .. '=' .. out, 'PX', 5000)
+end
 if v == ARGV[1] and nxt == '' then
   redis.call('DEL', k)
+  record('1')
   return 1
 end
 if v ~= ARGV[1] and v ~= ARGV[1] .. '\30' then
+  local r = redis.pcall('GET', k .. ':outcome')
+  if type(r) == 'string' and string.sub(r, 1, #ARGV[1] + 1) == ARGV[1] .. '=' then
+    local out = string.sub(r, #ARGV[1] + 2)
+    if out == '1' or out == '2' then return tonumber(out) end
+    local f = string.match(out, '^3:(%d+)$')
+    if f then return {3, tonumber(f)} end
+  end
   if v == false then return 0 end
   return -1
 end
 -- #include handover.lua (after the fast path: its functions cost nothing there)
 if nxt ~= '' and ARGV[3] == '1' then
   local tok, fence = grant(k, nxt)
-  if tok then return {3, fence} end
+  if tok then
+    record('3:' .. string.format('%d', fence))
+    return {3, fence}
+  end
 end
 if hand_over(k) then
   if nxt ~= '' then enqueue(k .. ':waiters', nxt) end
+  record('2')
   return 2
 end
 if nxt ~= '' then
   local tok, fence = grant(k, nxt)
-  if tok then return {3, fence} end
+  if tok then
+    record('3:' .. string.format('%d', fence))
+    return {3, fence}
+  end
 end
 redis.call('DEL', k)
 announce_free(k)
+record('1')
 return 1

@@ -6,6 +6,9 @@
 -- (announce_free) when none is live.
 -- Returns one status per key: 1 released (deleted or handed over), 0 gone,
 -- -1 held by another token.
+-- The same call run twice (a re-send) answers the same: a release that
+-- released a key leaves its statuses on "<KEYS[1]>:outcome" for 5 s (see
+-- release.lua), and a run that released nothing answers from there.
 -- #include handover.lua
 local marked = ARGV[1] .. '\30'
 local cur = redis.call('MGET', unpack(KEYS))
@@ -27,6 +30,20 @@ for i = 1, #KEYS do
     out[i] = -1
   end
 end
+local outcome = KEYS[1] .. ':outcome'
+local mine = ARGV[1] .. '='
+local any = false
+for i = 1, #KEYS do any = any or out[i] == 1 end
+if not any then
+  local r = redis.pcall('GET', outcome)
+  if type(r) == 'string' and string.sub(r, 1, #mine) == mine then
+    local prev = {}
+    for n in string.gmatch(string.sub(r, #mine + 1), '-?%d+') do prev[#prev + 1] = tonumber(n) end
+    if #prev == #KEYS then return prev end
+  end
+  return out
+end
 if #plain > 0 then redis.call('DEL', unpack(plain)) end
 for _, k in ipairs(freed) do announce_free(k) end
+redis.pcall('SET', outcome, mine .. table.concat(out, ','), 'PX', 5000)
 return out

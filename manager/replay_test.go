@@ -1,0 +1,186 @@
+package manager_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardlock/shardlock/internal/scripts"
+	"github.com/shardlock/shardlock/internal/testenv"
+	"github.com/shardlock/shardlock/manager"
+	"github.com/shardlock/shardlock/sharding"
+)
+
+// twiceHook runs every release, batch release and extend script twice, as
+// a client that re-sends a command whose reply it lost would: the caller
+// gets the second run's reply. Pipelines with such a script run twice as a
+// whole, as go-redis's pipelines re-send. replays counts the second runs.
+type twiceHook struct{ replays *atomic.Int64 }
+
+func replayed(cmd redis.Cmder) bool {
+	args := cmd.Args()
+	if len(args) < 2 || (cmd.Name() != "evalsha" && cmd.Name() != "eval") {
+		return false
+	}
+	for _, s := range []*redis.Script{scripts.Release, scripts.ReleaseBatch, scripts.Extend, scripts.ExtendBatch} {
+		if args[1] == s.Hash() {
+			return true
+		}
+	}
+	return false
+}
+
+func (h twiceHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h twiceHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if replayed(cmd) {
+			h.replays.Add(1)
+			cmd.SetErr(nil)
+			err = next(ctx, cmd)
+		}
+		return err
+	}
+}
+
+func (h twiceHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			if replayed(c) {
+				h.replays.Add(1)
+				for _, c := range cmds {
+					c.SetErr(nil)
+				}
+				return next(ctx, cmds)
+			}
+		}
+		return err
+	}
+}
+
+// replayingTargets runs f on the standalone server and the cluster, with
+// a client whose release and extend scripts run twice.
+func replayingTargets(t *testing.T, f func(t *testing.T, c redis.UniversalClient, replays *atomic.Int64)) {
+	t.Run("standalone", func(t *testing.T) {
+		var n atomic.Int64
+		c := redis.NewClient(&redis.Options{Addr: testenv.StandaloneAddr(t), ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = c.Close() })
+		c.AddHook(twiceHook{&n})
+		f(t, c, &n)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		var n atomic.Int64
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.ClusterAddrs(t), ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = c.Close() })
+		c.OnNewNode(func(n2 *redis.Client) { n2.AddHook(twiceHook{&n}) })
+		f(t, c, &n)
+	})
+}
+
+// A release, a batch release or an extend that runs twice answers the
+// same both times: the lock is released (or extended), not reported lost.
+func TestRealReplayedReleaseAndExtend(t *testing.T) {
+	replayingTargets(t, func(t *testing.T, c redis.UniversalClient, replays *atomic.Int64) {
+		m := newManager(t, c, manager.WithWatchdog(false))
+		ctx := ctxT(t)
+		l, err := m.TryAcquire(ctx, testenv.Unique("replay"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Extend(ctx, time.Minute); err != nil {
+			t.Fatalf("replayed extend: %v", err)
+		}
+		if ttl := c.PTTL(ctx, l.Key()).Val(); ttl < 50*time.Second {
+			t.Fatalf("TTL %v after the extend", ttl)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("replayed release: %v", err)
+		}
+		if n := c.Exists(ctx, l.Key()).Val(); n != 0 {
+			t.Fatal("the key is still there")
+		}
+		tag := testenv.Unique("replay-batch")
+		b, err := m.TryAcquireBatch(ctx, []string{"{" + tag + "}:a", "{" + tag + "}:b"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Release(ctx); err != nil {
+			t.Fatalf("replayed batch release: %v", err)
+		}
+		if replays.Load() < 3 {
+			t.Fatalf("%d replays: the hook did not replay the calls", replays.Load())
+		}
+	})
+}
+
+// A release that hands the lock to a queued waiter, run twice, hands it
+// once: the first waiter holds it, the second still waits, and the
+// releaser is told it released.
+func TestRealReplayedHandOver(t *testing.T) {
+	replayingTargets(t, func(t *testing.T, c redis.UniversalClient, replays *atomic.Int64) {
+		ctx := ctxT(t)
+		res := testenv.Unique("replay-hand")
+		holder := newManager(t, c, slowRecheck, manager.WithOwner("holder"))
+		var ws []*manager.Manager
+		for _, o := range []string{"first", "second"} {
+			ws = append(ws, newManager(t, c, slowRecheck, manager.WithOwner(o)))
+		}
+		l, err := holder.TryAcquire(ctx, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan acquired, 2)
+		for i, w := range ws {
+			go func() {
+				l, err := w.Acquire(ctx, res, manager.AcquireWithWait(20*time.Second))
+				got <- acquired{who: i, l: l, err: err}
+			}()
+			eventually(t, 5*time.Second, "waiter queued", func() bool { return queueLen(t, c, l.Key()) == int64(i+1) })
+		}
+		before := replays.Load()
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("replayed hand-over: %v", err)
+		}
+		if replays.Load() == before {
+			t.Fatal("the release was not replayed")
+		}
+		first := <-got
+		if first.err != nil || first.who != 0 {
+			t.Fatalf("handed to waiter %d: %v", first.who, first.err)
+		}
+		if v := c.Get(ctx, l.Key()).Val(); v != first.l.Token() && v != first.l.Token()+manager.QueuedMark {
+			t.Fatalf("key holds %q, not the first waiter's token", v)
+		}
+		if n := queueLen(t, c, l.Key()); n != 1 {
+			t.Fatalf("%d waiters queued after one hand-over, want 1", n)
+		}
+		select {
+		case second := <-got:
+			t.Fatalf("the second waiter got the lock too: %v", second.err)
+		default:
+		}
+		if err := first.l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		second := <-got
+		if second.err != nil || second.who != 1 {
+			t.Fatalf("then waiter %d: %v", second.who, second.err)
+		}
+		if err := second.l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The records are short-lived and the keys' own.
+		if ttl := c.PTTL(ctx, sharding.OutcomeKey(l.Key())).Val(); ttl <= 0 || ttl > 5*time.Second {
+			t.Fatalf("outcome record TTL %v", ttl)
+		}
+		if _, err := c.Get(ctx, l.Key()).Result(); !errors.Is(err, redis.Nil) {
+			t.Fatalf("the key is left: %v", err)
+		}
+	})
+}
