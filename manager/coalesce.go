@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -68,10 +69,12 @@ func (o once) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
 // server: the client's one server (a standalone or Sentinel-managed
 // client), or each master of a cluster, found by the slot of the command's
 // first key. Each caller queues its command and waits for its own reply,
-// until its context ends. A lane has at most one pipeline of at most
-// coalesceBatch commands in flight; the commands queued meanwhile go
-// together in the next one. A lane's flusher goroutine runs while the lane
-// has commands queued, and ends when it has none.
+// until its context ends. A lane's flusher goroutine sends what is queued
+// as one pipeline of at most coalesceBatch commands, waits for its
+// replies, and goes on while the lane has commands queued; the commands
+// queued meanwhile go together in the next one. A lane has a few flushers
+// when its queue grows behind those in flight (see laneFlushers), and none
+// when it has nothing queued.
 //
 // Every command goes out exactly once (see noRetry): go-redis's pipelines
 // re-send answered commands, so they never get the chance. A reply that
@@ -91,22 +94,41 @@ type coalescer struct {
 	cc  *redis.ClusterClient // nil for one server
 	one *redis.Client        // the one server's client, nil for a cluster
 
-	mu     sync.Mutex
-	lanes  map[*redis.Client]*lane
-	closed bool
+	own bool // callers may send on their own goroutines: the client bounds a command by its context's deadline
+
+	mu          sync.Mutex
+	lanes       map[*redis.Client]*lane
+	flushers    int // running, over all lanes
+	maxFlushers int
+	closed      bool
 
 	wg sync.WaitGroup // flushers and re-sends
 }
 
 // lane is one server's queue.
 type lane struct {
-	node  *redis.Client
-	queue []*queued
+	node     *redis.Client
+	queue    []*queued
+	flushers int // running
 }
 
 const (
 	// coalesceBatch bounds a pipeline.
 	coalesceBatch = 256
+	// laneFlushers bounds a lane's pipelines in flight; another one
+	// starts when moreFlushersAt commands wait behind those in flight,
+	// while the coalescer has fewer than flushersPerCPU x GOMAXPROCS in
+	// flight over all its lanes. A few pipelines in flight keep both the
+	// server and the client busy; more make smaller batches, which cost
+	// the server more per command.
+	laneFlushers   = 8
+	moreFlushersAt = 4
+	flushersPerCPU = 2
+	// After a batch is answered, its callers are about to send their next
+	// commands: the flusher yields up to maxYields times while fewer than
+	// three quarters of the batch's size have queued again, so that the
+	// next batch carries them rather than the first one alone.
+	maxYields = 4
 	// maxResends bounds how often a command is sent again after replies
 	// that say it did not run; resendPause is the first pause after a
 	// "not now", doubled each time up to resendPauseMax.
@@ -133,7 +155,7 @@ type queued struct {
 // newCoalescer returns a coalescer for a *redis.Client or a
 // *redis.ClusterClient, nil for any other client.
 func newCoalescer(c redis.UniversalClient) *coalescer {
-	co := &coalescer{c: c, lanes: map[*redis.Client]*lane{}}
+	co := &coalescer{c: c, lanes: map[*redis.Client]*lane{}, maxFlushers: flushersPerCPU * runtime.GOMAXPROCS(0), own: honoursDeadlines(c)}
 	switch c := c.(type) {
 	case *redis.ClusterClient:
 		co.cc = c
@@ -148,7 +170,10 @@ func newCoalescer(c redis.UniversalClient) *coalescer {
 // Process queues cmd and waits for its reply or ctx's end. It returns
 // cmd's error; ctx's error when cmd was not sent (nothing about it is
 // ambiguous); an *abandonedError when cmd was sent but ctx ended first
-// (then cmd belongs to the coalescer: do not read it).
+// (then cmd belongs to the coalescer: do not read it). When nothing is in
+// flight to cmd's server, ctx has a deadline and the client bounds a
+// command by it (ContextTimeoutEnabled), the caller sends cmd itself: one
+// goroutine hop less for a lone caller.
 func (co *coalescer) Process(ctx context.Context, cmd redis.Cmder) error {
 	if err := ctx.Err(); err != nil {
 		cmd.SetErr(err)
@@ -163,7 +188,6 @@ func (co *coalescer) Process(ctx context.Context, cmd redis.Cmder) error {
 		}
 		node = n
 	}
-	q := &queued{ctx: ctx, cmd: cmd, done: make(chan struct{})}
 	co.mu.Lock()
 	if co.closed {
 		co.mu.Unlock()
@@ -174,9 +198,34 @@ func (co *coalescer) Process(ctx context.Context, cmd redis.Cmder) error {
 	if l == nil {
 		l = &lane{node: node}
 		co.lanes[node] = l
+	}
+	if _, bounded := ctx.Deadline(); co.own && bounded && l.flushers == 0 {
+		// Nothing in flight here: the caller sends its command itself,
+		// as the lane's flusher of one, and hands the commands queued
+		// meanwhile to a flusher of their own.
+		l.flushers++
+		co.flushers++
+		co.mu.Unlock()
+		err := co.sendOwn(ctx, node, cmd)
+		co.mu.Lock()
+		co.flushers--
+		if l.flushers--; len(l.queue) > 0 {
+			l.flushers++
+			co.flushers++
+			co.wg.Go(func() { co.flusher(l) })
+		} else if l.flushers == 0 {
+			delete(co.lanes, node)
+		}
+		co.mu.Unlock()
+		return err
+	}
+	q := &queued{ctx: ctx, cmd: cmd, done: make(chan struct{})}
+	l.queue = append(l.queue, q)
+	if l.flushers == 0 || (l.flushers < laneFlushers && co.flushers < co.maxFlushers && len(l.queue) >= moreFlushersAt) {
+		l.flushers++
+		co.flushers++
 		co.wg.Go(func() { co.flusher(l) })
 	}
-	l.queue = append(l.queue, q)
 	co.mu.Unlock()
 	select {
 	case <-q.done:
@@ -218,10 +267,21 @@ func cmdKey(cmd redis.Cmder) string {
 // flusher sends l's queue, a batch at a time, until it is empty; then it
 // removes l, and the next command for its server starts a new one.
 func (co *coalescer) flusher(l *lane) {
+	last, yields := 0, 0 // the size of the batch this flusher sent last; yields since
 	for {
 		co.mu.Lock()
+		if len(l.queue) < last*3/4 && yields < maxYields && !co.closed {
+			co.mu.Unlock() // let the callers just answered queue again
+			runtime.Gosched()
+			yields++
+			continue
+		}
+		yields = 0
 		if len(l.queue) == 0 {
-			delete(co.lanes, l.node)
+			co.flushers--
+			if l.flushers--; l.flushers == 0 {
+				delete(co.lanes, l.node)
+			}
 			co.mu.Unlock()
 			return
 		}
@@ -249,6 +309,7 @@ func (co *coalescer) flusher(l *lane) {
 		if len(batch) > 0 {
 			co.send(l.node, batch)
 		}
+		last = len(batch)
 	}
 }
 
@@ -268,57 +329,79 @@ func (co *coalescer) send(node *redis.Client, batch []*queued) {
 			unstamp(batch)
 		}
 	}
-	reload := false
 	for _, q := range batch {
-		err := q.cmd.Err()
-		switch {
-		case co.again(err) || (co.cc != nil && errors.Is(err, redis.ErrClosed)):
-			reload = reload || needsReload(err) || errors.Is(err, redis.ErrClosed)
+		if co.resendable(q.cmd.Err()) {
 			co.wg.Go(func() { co.resend(q) })
-		default:
-			reload = reload || (err != nil && !isReply(err) && !errors.Is(err, redis.Nil))
+		} else {
 			close(q.done)
 		}
-	}
-	if reload && co.cc != nil {
-		co.cc.ReloadState(bg) // lazy: go-redis reloads once, in the background
 	}
 }
 
 // resend sends q's command again, alone, until a reply says it ran, or
 // until its caller leaves (the command then did not run: nothing about it
-// is ambiguous, though its caller settles it as if it were). A cluster
-// client routes it and follows redirects; a "not now" first waits a
-// little.
+// is ambiguous, though its caller settles it as if it were).
 func (co *coalescer) resend(q *queued) {
 	defer close(q.done)
+	co.sendAgain(q.ctx, q.cmd, func() bool { return q.state.Load() == queuedSent })
+}
+
+// sendAgain sends cmd, whose last reply said it did not run, again until a
+// reply says it ran, ctx ends or wanted says no (a bounded number of
+// times). A cluster client routes it and follows redirects; a "not now"
+// first waits a little.
+func (co *coalescer) sendAgain(ctx context.Context, cmd redis.Cmder, wanted func() bool) {
 	pause := resendPause
 	for range maxResends {
-		if err := q.cmd.Err(); isNotNow(err) {
+		if isNotNow(cmd.Err()) {
 			t := time.NewTimer(pause)
 			select {
 			case <-t.C:
-			case <-q.ctx.Done():
+			case <-ctx.Done():
 				t.Stop()
 				return
 			}
 			pause = min(2*pause, resendPauseMax)
 		}
-		if q.state.Load() != queuedSent || co.isClosed() {
+		if !wanted() || co.isClosed() {
 			return
 		}
-		q.cmd.SetErr(nil)
+		cmd.SetErr(nil)
 		if co.cc != nil {
-			_ = co.cc.Process(q.ctx, noRetry{q.cmd})
+			_ = co.cc.Process(ctx, noRetry{cmd})
 		} else {
-			_ = co.one.Process(q.ctx, noRetry{q.cmd})
+			_ = co.one.Process(ctx, noRetry{cmd})
 		}
-		if err := q.cmd.Err(); !co.again(err) {
+		if err := cmd.Err(); !co.again(err) {
 			return
 		} else if co.cc != nil && needsReload(err) {
 			co.cc.ReloadState(context.Background())
 		}
 	}
+}
+
+// sendOwn sends cmd on its caller's goroutine, bounded by ctx's deadline
+// (the client honours it), sending it again where its reply says it did
+// not run, and returns its error.
+func (co *coalescer) sendOwn(ctx context.Context, node *redis.Client, cmd redis.Cmder) error {
+	_ = node.Process(ctx, noRetry{cmd})
+	err := cmd.Err()
+	if co.resendable(err) {
+		co.sendAgain(ctx, cmd, func() bool { return true })
+		err = cmd.Err()
+	}
+	return err
+}
+
+// resendable reports whether a command whose send ended with err is to be
+// sent again (see again), and asks a cluster client to reload its slot map
+// where err says it has changed or a node is unreachable.
+func (co *coalescer) resendable(err error) bool {
+	closed := co.cc != nil && errors.Is(err, redis.ErrClosed)
+	if co.cc != nil && (needsReload(err) || closed || (err != nil && !isReply(err) && !errors.Is(err, redis.Nil))) {
+		co.cc.ReloadState(context.Background()) // lazy: go-redis reloads once, in the background
+	}
+	return co.again(err) || closed
 }
 
 func (co *coalescer) isClosed() bool {

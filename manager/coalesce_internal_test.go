@@ -18,6 +18,9 @@ import (
 // every send until release is closed.
 type holdHook struct {
 	hold      atomic.Bool
+	once      sync.Once
+	holding   atomic.Int64  // sends held now
+	maxHeld   atomic.Int64  // most sends held at once
 	held      chan struct{} // signalled when a send is held
 	release   chan struct{}
 	sends     atomic.Int64
@@ -38,12 +41,24 @@ func (h *holdHook) record(cmds ...redis.Cmder) {
 	}
 	h.mu.Unlock()
 	if h.hold.Load() {
+		n := h.holding.Add(1)
+		for m := h.maxHeld.Load(); n > m && !h.maxHeld.CompareAndSwap(m, n); m = h.maxHeld.Load() {
+		}
 		select {
 		case h.held <- struct{}{}:
 		default:
 		}
 		<-h.release
+		h.holding.Add(-1)
 	}
+}
+
+// unhold stops holding sends and lets the held ones go.
+func (h *holdHook) unhold() {
+	h.once.Do(func() {
+		h.hold.Store(false)
+		close(h.release)
+	})
 }
 
 func (h *holdHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
@@ -74,12 +89,15 @@ func newHeldCoalescer(t *testing.T) (*coalescer, *holdHook) {
 	c.AddHook(h)
 	co := newCoalescer(c)
 	t.Cleanup(func() { co.close(context.Background()) })
+	t.Cleanup(h.unhold) // first: a failed test may have sends held
 	return co, h
 }
 
-// Concurrent callers' commands go out in fewer round trips than commands.
+// Concurrent callers' commands go out in fewer round trips than commands:
+// with one pipeline in flight, the commands queued meanwhile go together.
 func TestCoalescerBatches(t *testing.T) {
 	co, h := newHeldCoalescer(t)
+	co.maxFlushers = 1
 	h.hold.Store(true)
 	ctx := context.Background()
 	first := make(chan error, 1)
@@ -107,8 +125,7 @@ func TestCoalescerBatches(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	h.hold.Store(false)
-	close(h.release)
+	h.unhold()
 	wg.Wait()
 	if err := <-first; err != nil {
 		t.Fatal(err)
@@ -144,8 +161,7 @@ func TestCoalescerDeadlines(t *testing.T) {
 	if err := <-inFlight; !isAbandoned(err) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("in-flight command: %v, want an abandoned call", err)
 	}
-	h.hold.Store(false)
-	close(h.release)
+	h.unhold()
 	// The flusher goes on; the dropped command is never sent.
 	if err := co.Process(bg, redis.NewStatusCmd(bg, "set", "c", "after")); err != nil {
 		t.Fatal(err)
@@ -155,6 +171,38 @@ func TestCoalescerDeadlines(t *testing.T) {
 	}
 	if !h.sent("in-flight") || !h.sent("after") {
 		t.Fatal("commands missing")
+	}
+}
+
+// A queue that grows behind a pipeline in flight gets more flushers, up to
+// the coalescer's bound, and no more.
+func TestCoalescerFlushersBounded(t *testing.T) {
+	co, h := newHeldCoalescer(t)
+	h.hold.Store(true)
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	const n = 100
+	for i := range n {
+		wg.Go(func() {
+			if err := co.Process(ctx, redis.NewStatusCmd(ctx, "set", fmt.Sprintf("k%d", i), "v")); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	// Every caller is queued or held (no signal: poll, bounded).
+	for i := 0; co.queuedLen()+int(h.holding.Load()) < n && h.holding.Load() < int64(co.maxFlushers); i++ {
+		if i == 5000 {
+			t.Fatalf("%d queued, %d held after 5 s", co.queuedLen(), h.holding.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	h.unhold()
+	wg.Wait()
+	if got := h.maxHeld.Load(); got < 2 || got > int64(co.maxFlushers) {
+		t.Fatalf("%d pipelines in flight at once, want 2 to %d", got, co.maxFlushers)
+	}
+	if got := h.sends.Load(); got >= n/4 {
+		t.Fatalf("%d round trips for %d commands", got, n)
 	}
 }
 

@@ -27,13 +27,13 @@
 local k = KEYS[1]
 local v = redis.pcall('GET', k)
 local nxt = ARGV[2] or ''
-local function record(out)
-  redis.pcall('SET', k .. ':outcome', ARGV[1] .. '=' .. out, 'PX', 5000)
-end
 if v == ARGV[1] and nxt == '' then
   redis.call('DEL', k)
-  record('1')
+  redis.pcall('SET', k .. ':outcome', v .. '=1', 'PX', 5000)
   return 1
+end
+local function record(out)
+  redis.pcall('SET', k .. ':outcome', ARGV[1] .. '=' .. out, 'PX', 5000)
 end
 if v ~= ARGV[1] and v ~= ARGV[1] .. '\30' then
   local r = redis.pcall('GET', k .. ':outcome')
