@@ -148,6 +148,7 @@ const (
 type queued struct {
 	ctx   context.Context // the caller's: bounds a re-send
 	cmd   redis.Cmder
+	once  noRetry // cmd as sent: &once is a redis.Cmder without an allocation of its own
 	state atomic.Int32
 	done  chan struct{} // closed when the reply is in cmd
 }
@@ -219,7 +220,7 @@ func (co *coalescer) Process(ctx context.Context, cmd redis.Cmder) error {
 		co.mu.Unlock()
 		return err
 	}
-	q := &queued{ctx: ctx, cmd: cmd, done: make(chan struct{})}
+	q := &queued{ctx: ctx, cmd: cmd, once: noRetry{cmd}, done: make(chan struct{})}
 	l.queue = append(l.queue, q)
 	if l.flushers == 0 || (l.flushers < laneFlushers && co.flushers < co.maxFlushers && len(l.queue) >= moreFlushersAt) {
 		l.flushers++
@@ -319,11 +320,11 @@ func (co *coalescer) flusher(l *lane) {
 func (co *coalescer) send(node *redis.Client, batch []*queued) {
 	bg := context.Background() // a batch is not any one caller's
 	if len(batch) == 1 {
-		_ = node.Process(bg, noRetry{batch[0].cmd})
+		_ = node.Process(bg, &batch[0].once)
 	} else {
 		pipe := node.Pipeline()
 		for _, q := range batch {
-			_ = pipe.Process(bg, noRetry{q.cmd})
+			_ = pipe.Process(bg, &q.once)
 		}
 		if _, err := pipe.Exec(bg); err != nil && !isReply(err) {
 			unstamp(batch)
@@ -397,6 +398,9 @@ func (co *coalescer) sendOwn(ctx context.Context, node *redis.Client, cmd redis.
 // sent again (see again), and asks a cluster client to reload its slot map
 // where err says it has changed or a node is unreachable.
 func (co *coalescer) resendable(err error) bool {
+	if err == nil {
+		return false
+	}
 	closed := co.cc != nil && errors.Is(err, redis.ErrClosed)
 	if co.cc != nil && (needsReload(err) || closed || (err != nil && !isReply(err) && !errors.Is(err, redis.Nil))) {
 		co.cc.ReloadState(context.Background()) // lazy: go-redis reloads once, in the background

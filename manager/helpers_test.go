@@ -165,6 +165,9 @@ func countingCluster(t *testing.T) (*redis.ClusterClient, *atomic.Int64) {
 // every command so that go-redis never retries it), or cmd itself.
 func unwrapCmd(cmd redis.Cmder) redis.Cmder {
 	v := reflect.ValueOf(cmd)
+	if v.Kind() == reflect.Pointer && v.Elem().Kind() == reflect.Struct {
+		v = v.Elem()
+	}
 	if v.Kind() == reflect.Struct && v.NumField() == 1 && v.Type().Field(0).Anonymous {
 		if inner, ok := v.Field(0).Interface().(redis.Cmder); ok {
 			return inner

@@ -32,6 +32,9 @@ func luaFlag(on bool) string {
 // isReply reports whether err is an error reply from Redis: the server saw
 // the command, so nothing about it is ambiguous.
 func isReply(err error) bool {
+	if err == nil || err == redis.Nil {
+		return false // the hot path: no errors.As, whose target escapes
+	}
 	var re redis.Error
 	return errors.As(err, &re) && !errors.Is(err, redis.Nil)
 }

@@ -243,6 +243,9 @@ func abandonedCause(err error) error {
 
 // isAbandoned reports whether err is a call its caller stopped waiting for.
 func isAbandoned(err error) bool {
+	if err == nil {
+		return false // the hot path: no errors.As, whose target escapes
+	}
 	var ae *abandonedError
 	return errors.As(err, &ae)
 }
