@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shardlock/shardlock/internal/benchkit"
 	"github.com/shardlock/shardlock/internal/testenv"
 	"github.com/shardlock/shardlock/manager"
 	"github.com/shardlock/shardlock/sharding"
@@ -21,33 +22,40 @@ import (
 // floor of any one-script batch on this Redis: a script that only runs
 // SET NX PX on each of the 10 keys (each key needs its own expiry, and
 // Redis 7.0 has no command that sets one on several keys), sent by the
-// same client, its keys deleted outside the timer.
+// same client, its keys deleted outside the timer. Every call has its own
+// deadline, and the client has ContextTimeoutEnabled.
 func BenchmarkBatch(b *testing.B) {
-	c := testenv.Cluster(b)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.ClusterAddrs(b), ContextTimeoutEnabled: true})
+	b.Cleanup(func() { _ = c.Close() })
 	m := newManager(b, c)
-	ctx := context.Background()
 	run := testenv.Unique("batch")
-	single := func(ctx context.Context) (func() error, error) {
+	single := func(ctx context.Context) (func(context.Context) error, error) {
 		l, err := m.TryAcquire(ctx, run)
-		return func() error { return l.Release(ctx) }, err
+		return l.Release, err
 	}
 	res := group(b, run, "a", "b", "c", "d", "e", "f", "g", "h", "i", "j")
-	batch := func(ctx context.Context) (func() error, error) {
+	batch := func(ctx context.Context) (func(context.Context) error, error) {
 		l, err := m.TryAcquireBatch(ctx, res)
-		return func() error { return l.Release(ctx) }, err
+		return l.Release, err
 	}
 	floorKeys := make([]string, len(res))
 	for i, r := range res {
 		floorKeys[i], _ = sharding.LockKey("floor:", r)
 	}
 	floorScript := redis.NewScript(`for i = 1, #KEYS do redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2], 'NX') end return 1`)
-	floor := func(ctx context.Context) (func() error, error) {
+	floor := func(ctx context.Context) (func(context.Context) error, error) {
 		err := floorScript.Run(ctx, c, floorKeys, run, 30000).Err()
-		return func() error { return c.Del(ctx, floorKeys...).Err() }, err
+		return func(ctx context.Context) error { return c.Del(ctx, floorKeys...).Err() }, err
 	}
 	type impl struct {
 		name    string
-		acquire func(context.Context) (func() error, error)
+		acquire func(context.Context) (func(context.Context) error, error)
+	}
+	// call runs f under a deadline of its own, as a service makes each call.
+	call := func(f func(context.Context) error) error {
+		ctx, cancel := context.WithTimeout(context.Background(), benchkit.CallTimeout)
+		defer cancel()
+		return f(ctx)
 	}
 	for _, mode := range []struct {
 		name  string
@@ -58,15 +66,19 @@ func BenchmarkBatch(b *testing.B) {
 	} {
 		for _, im := range mode.impls {
 			b.Run(mode.name+"/"+im.name, func(b *testing.B) {
+				b.ReportAllocs()
 				for b.Loop() {
-					release, err := im.acquire(ctx)
-					if err != nil {
+					var release func(context.Context) error
+					if err := call(func(ctx context.Context) (err error) {
+						release, err = im.acquire(ctx)
+						return err
+					}); err != nil {
 						b.Fatal(err)
 					}
 					if mode.name == "acquire" {
 						b.StopTimer()
 					}
-					if err := release(); err != nil {
+					if err := call(release); err != nil {
 						b.Fatal(err)
 					}
 					if mode.name == "acquire" {

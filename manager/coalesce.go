@@ -110,6 +110,7 @@ type lane struct {
 	node     *redis.Client
 	queue    []*queued
 	flushers int // running
+	sent     int // the size of the batch sent last
 }
 
 const (
@@ -222,7 +223,7 @@ func (co *coalescer) Process(ctx context.Context, cmd redis.Cmder) error {
 	}
 	q := &queued{ctx: ctx, cmd: cmd, once: noRetry{cmd}, done: make(chan struct{})}
 	l.queue = append(l.queue, q)
-	if l.flushers == 0 || (l.flushers < laneFlushers && co.flushers < co.maxFlushers && len(l.queue) >= moreFlushersAt) {
+	if l.flushers == 0 || (l.flushers < laneFlushers && co.flushers < co.maxFlushers && len(l.queue) >= max(moreFlushersAt, l.sent)) {
 		l.flushers++
 		co.flushers++
 		co.wg.Go(func() { co.flusher(l) })
@@ -311,6 +312,9 @@ func (co *coalescer) flusher(l *lane) {
 			co.send(l.node, batch)
 		}
 		last = len(batch)
+		co.mu.Lock()
+		l.sent = last
+		co.mu.Unlock()
 	}
 }
 

@@ -49,6 +49,7 @@ type scheduler struct {
 	// sleepUntil is when the loop will next wake by itself; an earlier due
 	// time must wake it (poke), a later one need not.
 	sleepUntil mono
+	idle       time.Duration // how long the loop sleeps with nothing to do
 
 	wake   chan struct{}
 	ctx    context.Context // cancelled by stop: ends the loop and any batch in flight
@@ -59,6 +60,14 @@ type scheduler struct {
 func newScheduler(m *Manager) *scheduler {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &scheduler{m: m, wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel, exited: make(chan struct{})}
+	// Idle, the loop wakes by itself every half default renew interval,
+	// so that a lock with the default options is due after sleepUntil
+	// and its acquire need not wake the loop: most locks are released
+	// before their first renewal, and then the loop never runs for them.
+	s.idle = time.Hour
+	if iv := m.defaultAC.interval; iv > 0 && iv/2 < s.idle {
+		s.idle = max(iv/2, MinRenewInterval)
+	}
 	go s.run()
 	return s
 }
@@ -216,7 +225,7 @@ func (s *scheduler) run() {
 			s.process(now, due, orphans)
 			continue
 		}
-		wait := time.Hour
+		wait := s.idle
 		if !next.IsZero() {
 			wait = next.Sub(now)
 		}
@@ -264,7 +273,7 @@ func (s *scheduler) collect(now time.Time) (due []*Lock, orphans []orphan, next 
 	case len(due) > 0 || len(orphans) > 0:
 		s.sleepUntil = 0 // awake: collect runs again before sleeping
 	case next.IsZero():
-		s.sleepUntil = monoOf(now).Add(time.Hour)
+		s.sleepUntil = monoOf(now).Add(s.idle)
 	default:
 		s.sleepUntil = monoOf(next)
 	}
