@@ -61,9 +61,10 @@ func floorOp(c redis.Scripter, set func(ctx context.Context, key, val string) (b
 }
 
 // BenchmarkAcquireRelease compares an uncontended acquire+release through
-// the Manager (with and without auto-pipelining) with the floor (go-redis
+// the Manager (with and without coalescing) with the floor (go-redis
 // directly) and the auto-pipelined floor, on the real standalone server and
-// cluster, from 1, 16 and 64 goroutines.
+// cluster, from 1, 16 and 64 goroutines, with context.Background() and
+// go-redis's default client options.
 func BenchmarkAcquireRelease(b *testing.B) {
 	for _, target := range testenv.Targets() {
 		if target.Name == "sentinel" {
@@ -85,7 +86,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 				{"floor", floorFor(c)},
 				{"floor-autopipeline", floorFor(ap)},
 				{"shardlock", managerFor(b, c, true)},
-				{"shardlock-noautopipeline", managerFor(b, c, false)},
+				{"shardlock-nocoalescing", managerFor(b, c, false)},
 			}
 			for _, g := range []int{1, 16, 64} {
 				for _, impl := range impls {
@@ -110,8 +111,8 @@ func floorFor(c redis.UniversalClient) func(ctx context.Context, worker int, run
 	}
 }
 
-func managerFor(b *testing.B, c redis.UniversalClient, autoPipeline bool) func(ctx context.Context, worker int, run string) error {
-	m := newManager(b, c, manager.WithCoalescing(autoPipeline))
+func managerFor(b *testing.B, c redis.UniversalClient, coalescing bool) func(ctx context.Context, worker int, run string) error {
+	m := newManager(b, c, manager.WithCoalescing(coalescing))
 	return func(ctx context.Context, w int, run string) error {
 		l, err := m.TryAcquire(ctx, fmt.Sprintf("%s-%d", run, w))
 		if err != nil {

@@ -53,17 +53,17 @@ func (h *countHookByName) ProcessPipelineHook(next redis.ProcessPipelineHook) re
 // and sends nothing, auto-pipelined or not. Release hands the lock to the
 // background reaper instead (it must not stay held and renewed).
 func TestRealEndedContextSendsNothing(t *testing.T) {
-	for _, autoPipeline := range []bool{true, false} {
-		name := "auto-pipeline off"
-		if autoPipeline {
-			name = "auto-pipeline on"
+	for _, coalescing := range []bool{true, false} {
+		name := "coalescing off"
+		if coalescing {
+			name = "coalescing on"
 		}
 		t.Run(name, func(t *testing.T) {
 			c := redis.NewClient(&redis.Options{Addr: testenv.StandaloneAddr(t)})
 			t.Cleanup(func() { _ = c.Close() })
 			hook := newCountHook("*")
 			c.AddHook(hook)
-			m := newManager(t, c, manager.WithCoalescing(autoPipeline))
+			m := newManager(t, c, manager.WithCoalescing(coalescing))
 			live := ctxT(t)
 			held, err := m.TryAcquire(live, testenv.Unique("held"))
 			if err != nil {

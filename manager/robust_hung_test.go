@@ -32,14 +32,14 @@ func slowClient(t *testing.T, addr string) *redis.Client {
 // server wakes, the attempts whose callers had gone are released at once,
 // not left for their TTL.
 func TestRealHungServer(t *testing.T) {
-	for _, autoPipeline := range []bool{true, false} {
-		t.Run(fmt.Sprintf("auto-pipeline %v", autoPipeline), func(t *testing.T) {
+	for _, coalescing := range []bool{true, false} {
+		t.Run(fmt.Sprintf("coalescing %v", coalescing), func(t *testing.T) {
 			srv := testenv.StartServer(t)
 			c := slowClient(t, srv.Addr)
 			admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
 			t.Cleanup(func() { _ = admin.Close() })
 			const ttl = time.Second
-			m := newManager(t, c, manager.WithTTL(ttl), manager.WithCoalescing(autoPipeline))
+			m := newManager(t, c, manager.WithTTL(ttl), manager.WithCoalescing(coalescing))
 			ctx := ctxT(t)
 			var held []*manager.Lock
 			for i := range 20 {

@@ -32,4 +32,6 @@ if [ $# -eq 0 ]; then
   go test -run '^$' -fuzz '^FuzzPublicAPI$' -fuzztime "${FUZZTIME:-10s}" ./manager
   echo "== benchmarks compile and run once (go test -bench . -benchtime 1x)"
   go test -run '^$' -bench . -benchtime 1x -timeout 10m ./... >/dev/null
+  echo "== the rueidis floor's module (bench/rueidis): vet, and its benchmark once"
+  (cd bench/rueidis && go vet ./... && go test -run '^$' -bench . -benchtime 1x -timeout 5m ./... >/dev/null)
 fi

@@ -549,8 +549,8 @@ func TestFaults(t *testing.T) {
 			_ = l.Release(ctx)
 		}
 		// Under load: managers of their own lock the master's other
-		// resources through the kill, until a second after the probe's
-		// lock comes back.
+		// resources through the kill, until 4 s after the probe's lock
+		// comes back.
 		var w workload
 		wctx, stopLoad := context.WithCancel(ctx)
 		defer stopLoad()
@@ -612,7 +612,10 @@ func TestFaults(t *testing.T) {
 		}
 		resumed := time.Since(killed)
 		_ = l.Release(ctx)
-		time.Sleep(time.Second) // the load goes on for a second on the new master
+		// The load goes on on the new master past the TTL of the locks the
+		// killed master held (the load's keys that reached the replica
+		// hold out until then).
+		time.Sleep(4 * time.Second)
 		stopLoad()
 		<-loaded
 		took := <-promoted
