@@ -65,11 +65,15 @@
 // # Deadlines and misbehaving servers
 //
 // Every call returns by its context's deadline, whatever the client's
-// options: on a standalone or Sentinel-managed client the Manager's own
-// coalescer batches concurrent callers' commands and waits for each reply
-// only until its caller's context ends; elsewhere a command runs on the
-// caller's goroutine where the client bounds it by the context
-// (ContextTimeoutEnabled), else on a goroutine of the Manager's. An attempt
+// options: the Manager's coalescer (on by default, see [WithCoalescing])
+// batches concurrent callers' commands per server and waits for each reply
+// only until its caller's context ends; with coalescing off a command runs
+// on the caller's goroutine where the client bounds it by the context
+// (ContextTimeoutEnabled), else on a goroutine of the Manager's. No command
+// is sent twice: go-redis's retries are off for shardlock's commands, and
+// only a reply that says a command did not run (a redirect, TRYAGAIN,
+// LOADING and the like) sends it again. A release that reaches Redis twice
+// all the same answers the same both times. An attempt
 // whose reply comes after its caller has gone is released. A context that
 // has already ended sends nothing. Values shardlock did not write (another
 // value or type under a lock key, a junk fence counter or queue entry) are

@@ -94,8 +94,8 @@ func (f *inflight) goFn(fn func()) {
 
 // honoursDeadlines reports whether every command c sends is bounded by its
 // context's deadline: the coalescer, or a *redis.Client or
-// *redis.ClusterClient with ContextTimeoutEnabled (go-redis's
-// auto-pipeliner never is).
+// *redis.ClusterClient with ContextTimeoutEnabled (directly or behind
+// once).
 func honoursDeadlines(c any) bool {
 	switch c := c.(type) {
 	case *coalescer:
