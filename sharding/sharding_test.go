@@ -79,6 +79,7 @@ func TestLockKey(t *testing.T) {
 		{prefix: "shardlock:", give: "x" + FenceSuffix, wantErr: ErrBadResource},
 		{prefix: "shardlock:", give: "{x}" + ChannelSuffix, wantErr: ErrBadResource},
 		{prefix: "shardlock:", give: "y" + QueueSuffix, wantErr: ErrBadResource},
+		{prefix: "shardlock:", give: "z" + OutcomeSuffix, wantErr: ErrBadResource},
 		{prefix: "lock{", give: "x", wantErr: ErrBadPrefix},
 	}
 	for _, tt := range tests {
@@ -102,7 +103,8 @@ func FuzzLockKeySlot(f *testing.F) {
 		if _, ok := HashTag(key); !ok {
 			t.Fatalf("lock key %q of %q has no hash tag", key, resource)
 		}
-		if Slot(FenceKey(key)) != Slot(key) || Slot(ChannelName(key)) != Slot(key) || Slot(QueueKey(key)) != Slot(key) {
+		if Slot(FenceKey(key)) != Slot(key) || Slot(ChannelName(key)) != Slot(key) || Slot(QueueKey(key)) != Slot(key) ||
+			Slot(OutcomeKey(key)) != Slot(key) {
 			t.Fatalf("helper keys of %q leave slot %d", key, Slot(key))
 		}
 		if IsHelperKey(key) {
