@@ -117,9 +117,10 @@ const (
 	// coalesceBatch bounds a pipeline.
 	coalesceBatch = 256
 	// laneFlushers bounds a lane's pipelines in flight; another one
-	// starts when moreFlushersAt commands wait behind those in flight,
-	// while the coalescer has fewer than flushersPerCPU x GOMAXPROCS in
-	// flight over all its lanes. A few pipelines in flight keep both the
+	// starts when at least moreFlushersAt commands, and at least as many
+	// as the lane's last batch held, wait behind those in flight, while
+	// the coalescer has fewer than flushersPerCPU x GOMAXPROCS in flight
+	// over all its lanes. A few pipelines in flight keep both the
 	// server and the client busy; more make smaller batches, which cost
 	// the server more per command.
 	laneFlushers   = 8
