@@ -24,8 +24,8 @@
 // re-sent attempt that ran (go-redis re-sends on a read timeout), so it is
 // followed by a GET (later polls send SET ... GET), and a re-sent attempt
 // finds its own token and holds the lock instead of reporting contention.
-// With fencing it is one Lua script that also INCRs a counter in the lock's
-// slot. A waiting Acquire then queues up, in its process and in Redis, and
+// With fencing it is one Lua script that also takes the next fence from a
+// counter in the lock's slot. A waiting Acquire then queues up, in its process and in Redis, and
 // the release before it hands it the lock (see [WithNotifications]): a fair
 // queue, with no herd of retries. An attempt whose reply never
 // came may still run on the server later; its token is released in the
@@ -58,9 +58,11 @@
 // that out. With fencing ([WithFencing], [AcquireWithFencing]),
 // [Lock.Fence] is a number that rises with every acquisition of a resource;
 // the protected storage must reject a write whose fence is lower than one it
-// has seen. On an unplanned failover Redis can lose the latest INCR (its
-// replication is asynchronous), so a fence may repeat: have the storage
-// reject a repeated fence from a different owner too.
+// has seen. A fence is the larger of its counter plus one and the master's
+// clock in microseconds, so it keeps rising across an unplanned failover
+// that loses the counter's latest writes (Redis replicates asynchronously),
+// as long as the old and the new master's clocks agree to within the time
+// the failover took.
 //
 // # Deadlines and misbehaving servers
 //

@@ -123,13 +123,18 @@ func ExampleLock_Fence() {
 	m, _ := manager.New(client)
 	defer m.Close(ctx)
 
+	// Each fence is above every one before it: pass it with every write
+	// to the protected storage, which refuses a write whose fence is below
+	// one it has seen.
+	var last uint64
 	for range 3 {
 		lock, _ := m.TryAcquire(ctx, "ledger", manager.AcquireWithFencing())
-		fmt.Println(lock.Fence())
+		fmt.Println(lock.Fence() > last)
+		last = lock.Fence()
 		_ = lock.Release(ctx)
 	}
 	// Output:
-	// 1
-	// 2
-	// 3
+	// true
+	// true
+	// true
 }

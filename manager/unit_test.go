@@ -617,7 +617,7 @@ func TestTraceIDAndFieldsInLogs(t *testing.T) {
 			t.Fatalf("%q logged %d times", msg, len(es))
 		}
 		f := es[0].ContextMap()
-		if f["trace_id"] != "trace-42" || f["resource"] != "r" || f["owner"] != "svc-1" || f["fence"] != uint64(1) {
+		if f["trace_id"] != "trace-42" || f["resource"] != "r" || f["owner"] != "svc-1" || f["fence"] != l.Fence() || l.Fence() == 0 {
 			t.Fatalf("%q fields: %v", msg, f)
 		}
 		if tok, _ := f["token"].(string); tok == l.Token() || !strings.Contains(tok, "…") {

@@ -631,4 +631,102 @@ func TestFaults(t *testing.T) {
 		}
 		w.check(t, true) // a kill -9 may lose writes not yet replicated
 	})
+
+	// An unplanned failover that loses the latest writes to a fence
+	// counter: the replica is frozen while fences are taken, the master is
+	// killed, and the replica takes over without them. The next fence must
+	// still be above every fence handed out before.
+	t.Run("fences across an unplanned failover", func(t *testing.T) {
+		res := testenv.Unique("fence-failover")
+		key, _ := sharding.LockKey(sharding.DefaultPrefix, res)
+		slot := sharding.Slot(key)
+		master, replica := masterOf(t, ctx, admin, slot)
+		masterPid, masterPort := pidOf(t, dir, master)
+		replicaPid, _ := pidOf(t, dir, replica)
+
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+		defer c.Close()
+		m, err := manager.New(c, manager.WithFencing(true), manager.WithTTL(2*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close(context.Background())
+		var highest uint64
+		take := func(n int) {
+			for range n {
+				l, err := m.TryAcquire(ctx, res)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if l.Fence() <= highest {
+					t.Fatalf("fence %d after %d", l.Fence(), highest)
+				}
+				highest = l.Fence()
+				if err := l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		take(5)
+		rep := node(replica)
+		defer rep.Close()
+		// The replica has the counter so far. Freeze it and cut its link
+		// (what the master sent before the cut is in the replica's socket
+		// and would still arrive), then take more fences: the master keeps
+		// them to itself.
+		if err := exec.Command("kill", "-STOP", replicaPid).Run(); err != nil {
+			t.Fatal(err)
+		}
+		cont := sync.OnceFunc(func() { _ = exec.Command("kill", "-CONT", replicaPid).Run() })
+		defer cont()
+		mst := node(master)
+		defer mst.Close()
+		if err := mst.ClientKillByFilter(ctx, "TYPE", "replica").Err(); err != nil {
+			t.Fatalf("CLIENT KILL TYPE replica: %v", err)
+		}
+		take(5)
+		if err := exec.Command("kill", "-9", masterPid).Run(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			out, err := exec.Command("bash", "../../scripts/redis-test-env.sh", "restart", masterPort).CombinedOutput()
+			if err != nil {
+				t.Errorf("restart %s: %v\n%s", masterPort, err, out)
+			}
+			waitClusterOK(t, addrs, 60*time.Second)
+		}()
+		cont()
+		if err := rep.Do(ctx, "cluster", "failover", "takeover").Err(); err != nil {
+			t.Fatalf("CLUSTER FAILOVER TAKEOVER: %v", err)
+		}
+		// The new master lacks the writes the frozen replica missed.
+		for i := 0; ; i++ {
+			role, err := rep.Do(ctx, "role").Slice()
+			if err == nil && len(role) > 0 && role[0] == "master" {
+				break
+			}
+			if i == 300 {
+				t.Fatalf("%s did not become master: %v %v", replica, role, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		counter, err := rep.Get(ctx, sharding.FenceKey(key)).Uint64()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if counter >= highest {
+			t.Fatalf("the new master's counter is %d, the last fence %d: the failover lost nothing", counter, highest)
+		}
+		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		l, err := m.Acquire(actx, res)
+		if err != nil {
+			t.Fatalf("locking after the takeover: %v", err)
+		}
+		defer func() { _ = l.Release(ctx) }()
+		t.Logf("fences before the failover up to %d, the new master's counter %d, the next fence %d", highest, counter, l.Fence())
+		if l.Fence() <= highest {
+			t.Fatalf("fence %d after %d: it went back across the failover", l.Fence(), highest)
+		}
+	})
 }

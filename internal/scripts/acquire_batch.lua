@@ -13,10 +13,11 @@
 local fencing = ARGV[3] == '1'
 local n = #KEYS
 if fencing then n = n / 2 end
--- fences appends the keys' fences to out: incremented (a fresh batch) or
--- read (resent). A counter that is not an integer (or would overflow)
--- makes an error reply; a fresh batch then first deletes the keys it set,
--- so an error leaves nothing behind.
+-- #include fence.lua
+-- fences appends the keys' fences to out: taken (a fresh batch; see
+-- fence.lua) or read (resent). A counter that is not an integer makes an
+-- error reply; a fresh batch then first deletes the keys it set, so an
+-- error leaves nothing behind.
 local function fences(out, resent)
   if fencing then
     for i = 1, n do
@@ -24,7 +25,7 @@ local function fences(out, resent)
       if resent then
         f = tonumber(redis.pcall('GET', KEYS[n + i]))
       else
-        f = redis.pcall('INCR', KEYS[n + i])
+        f = take_fence(KEYS[n + i])
       end
       if type(f) ~= 'number' then
         if not resent then redis.call('DEL', unpack(KEYS, 1, n)) end

@@ -6,12 +6,13 @@
 -- queued mark "\30" of release.lua: the fence is the counter, which nobody
 -- else can have moved while we hold the key), {0, 0} when another token,
 -- another value or a key of another type holds it.
--- The counter is incremented before the key is set: a counter that is not
--- an integer (or would overflow) makes an error reply with nothing written.
+-- The fence is taken (fence.lua, included below) before the key is set: a
+-- counter that is not an integer makes an error reply with nothing written.
+-- #include fence.lua
 local v = redis.pcall('GET', KEYS[1])
 if v == false then
-  local fence = redis.pcall('INCR', KEYS[2])
-  if type(fence) ~= 'number' then return fence end
+  local fence, err = take_fence(KEYS[2])
+  if not fence then return err end
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return {1, fence}
 elseif v == ARGV[1] or v == ARGV[1] .. '\30' then

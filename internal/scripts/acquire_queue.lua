@@ -13,8 +13,8 @@
 -- finds it there already, and the key gets release.lua's queued mark "\30".
 -- A key that holds anything but a shardlock token (another value, another
 -- type) is held by someone else too, but is never written: no mark.
--- The fence counter is incremented before the key is set: a counter that
--- is not an integer makes an error reply with nothing written. A queue key
+-- The fence is taken (take_fence, fence.lua) before the key is set: a
+-- counter that is not an integer makes an error reply with nothing written. A queue key
 -- of another type is left alone (the waiter then finds the lock by polling).
 -- #include handover.lua
 local mark = '\30'
@@ -22,8 +22,9 @@ local v = redis.pcall('GET', KEYS[1])
 if v == false then
   local fence = 0
   if ARGV[3] == '1' then
-    fence = redis.pcall('INCR', KEYS[3])
-    if type(fence) ~= 'number' then return fence end
+    local err
+    fence, err = take_fence(KEYS[3])
+    if not fence then return err end
   end
   if ARGV[5] == '1' then redis.pcall('LREM', KEYS[2], 1, ARGV[4]) end
   local val = ARGV[1]

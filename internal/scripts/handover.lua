@@ -1,6 +1,7 @@
 -- The fair queue's hand-over, shared by release.lua, release_batch.lua and
 -- acquire_queue.lua: scripts.go puts this file in place of the include
 -- line in each of them.
+-- #include fence.lua
 --
 -- A waiter's entry on "<key>:waiters" is
 -- "<deadline ms>:<ttl ms>:<1 to take a fence, else 0>:<token>". The queue
@@ -25,15 +26,15 @@ end
 -- grant sets key k to entry e's token, with the queued mark "\30" (see
 -- release.lua) and e's TTL, taking a fence first if e asks for one. It
 -- returns the token and the fence (0 without); nil and 'junk' for an
--- entry that is not one; nothing when the fence counter cannot be
--- incremented here (not local while a slot migrates, not an integer).
+-- entry that is not one; nothing when no fence can be taken here (the
+-- counter is not local while a slot migrates, or not an integer).
 local function grant(k, e)
   local ttl, f, tok = entry_parts(e)
   if not tok then return nil, 'junk' end
   local fence = 0
   if f == '1' then
-    fence = redis.pcall('INCR', k .. ':fence')
-    if type(fence) ~= 'number' then return nil end
+    fence = take_fence(k .. ':fence')
+    if not fence then return nil end
   end
   redis.call('SET', k, tok .. '\30', 'PX', ttl)
   return tok, fence
@@ -73,7 +74,7 @@ local function hand_over(k)
     if d and d >= now then
       local tok, fence = grant(k, e)
       if tok then
-        redis.pcall('SPUBLISH', k .. ':released', redis.sha1hex(tok) .. ' ' .. fence)
+        redis.pcall('SPUBLISH', k .. ':released', redis.sha1hex(tok) .. ' ' .. string.format('%d', fence))
         return true
       end
       if fence ~= 'junk' then

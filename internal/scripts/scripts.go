@@ -15,6 +15,8 @@ var (
 	acquireFencedSrc string
 	//go:embed handover.lua
 	handoverSrc string
+	//go:embed fence.lua
+	fenceSrc string
 	//go:embed release.lua
 	releaseSrc string
 	//go:embed acquire_queue.lua
@@ -33,15 +35,16 @@ var (
 	pttlBatchSrc string
 )
 
-// The scripts. Their contracts are in the .lua files; the fair queue's
-// hand-over (handover.lua) goes where a script says "-- #include handover.lua".
+// The scripts. Their contracts are in the .lua files; the shared pieces
+// (the fair queue's hand-over, handover.lua, and the fence, fence.lua) go
+// where a script says "-- #include handover.lua" or "-- #include fence.lua".
 var (
-	AcquireFenced = redis.NewScript(acquireFencedSrc)
+	AcquireFenced = redis.NewScript(include(acquireFencedSrc))
 	Release       = redis.NewScript(include(releaseSrc))
 	AcquireQueue  = redis.NewScript(include(acquireQueueSrc))
 	Extend        = redis.NewScript(extendSrc)
 	PTTL          = redis.NewScript(pttlSrc)
-	AcquireBatch  = redis.NewScript(acquireBatchSrc)
+	AcquireBatch  = redis.NewScript(include(acquireBatchSrc))
 	ReleaseBatch  = redis.NewScript(include(releaseBatchSrc))
 	ExtendBatch   = redis.NewScript(extendBatchSrc)
 	PTTLBatch     = redis.NewScript(pttlBatchSrc)
@@ -52,20 +55,37 @@ func All() []*redis.Script {
 	return []*redis.Script{AcquireFenced, Release, AcquireQueue, Extend, PTTL, AcquireBatch, ReleaseBatch, ExtendBatch, PTTLBatch}
 }
 
-// includeLine marks where a script takes handover.lua.
-const includeLine = "-- #include handover.lua"
+// includePrefix starts the line where a script takes a shared piece.
+const includePrefix = "-- #include "
 
-// include puts handover.lua in place of the include line of src (the rest
-// of that line is a comment). A script without the line is a bug: panic at
+// pieces are the shared pieces, by name.
+var pieces = map[string]*string{"handover.lua": &handoverSrc, "fence.lua": &fenceSrc}
+
+// include puts each shared piece in place of the line of src that includes
+// it (the rest of that line is a comment), and the pieces it includes in
+// turn, each piece once. A line that names no piece is a bug: panic at
 // init, caught by any test.
 func include(src string) string {
-	i := strings.Index(src, includeLine)
-	if i < 0 {
-		panic("scripts: no include line")
+	return includeOnce(src, map[string]bool{})
+}
+
+func includeOnce(src string, done map[string]bool) string {
+	var b strings.Builder
+	for line := range strings.Lines(src) {
+		rest, ok := strings.CutPrefix(line, includePrefix)
+		if !ok {
+			b.WriteString(line)
+			continue
+		}
+		name, _, _ := strings.Cut(strings.TrimSpace(rest), " ")
+		piece, ok := pieces[name]
+		if !ok {
+			panic("scripts: no piece " + name)
+		}
+		if !done[name] {
+			done[name] = true
+			b.WriteString(includeOnce(*piece, done))
+		}
 	}
-	end := strings.IndexByte(src[i:], '\n')
-	if end < 0 {
-		end = len(src) - i
-	}
-	return src[:i] + handoverSrc + src[i+end:]
+	return b.String()
 }

@@ -10,8 +10,16 @@ import (
 func TestInclude(t *testing.T) {
 	for name, src := range map[string]string{"release": releaseSrc, "release_batch": releaseBatchSrc, "acquire_queue": acquireQueueSrc} {
 		got := include(src)
-		if strings.Contains(got, includeLine) || !strings.Contains(got, "local function hand_over(k)") {
+		if strings.Contains(got, includePrefix) || !strings.Contains(got, "local function hand_over(k)") {
 			t.Errorf("%s: handover.lua not included", name)
+		}
+		if strings.Count(got, "local function take_fence(fk)") != 1 {
+			t.Errorf("%s: fence.lua not included once", name)
+		}
+	}
+	for name, src := range map[string]string{"acquire_fenced": acquireFencedSrc, "acquire_batch": acquireBatchSrc} {
+		if got := include(src); strings.Contains(got, includePrefix) || strings.Count(got, "local function take_fence(fk)") != 1 {
+			t.Errorf("%s: fence.lua not included once", name)
 		}
 	}
 	rel := include(releaseSrc)
