@@ -298,7 +298,7 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 		timer          *time.Timer
 		queue          *localQueue // this process's queue for the resource, once waiting
 		myTurn         bool        // this waiter is the one contending in Redis
-		polls          int         // waits that ended on the retry timer
+		sent           int         // attempts sent to Redis: what the retry strategy counts
 		transient      bool        // the last attempt failed for a transient reason
 		// The fair queue (see fair.go): one resource, notifications on, no
 		// replica acknowledgement.
@@ -381,6 +381,7 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 		case skipOnce:
 			res.status, skipOnce = attemptContended, false
 		default:
+			sent++
 			res, err = m.send(ctx, attemptDeadline, attemptArgs{
 				tg: tg, token: token, tokenArg: tokenArg, ac: ac, fw: fw, sendAt: sendAt,
 				// The first attempt is a plain SET NX; a waiter that will
@@ -485,7 +486,21 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 			waiting = true
 			ac.cls.Waiting(1)
 		}
+		// stop ends a wait the strategy ends, saying why the last attempt
+		// failed where it failed for a transient reason.
+		stop := func() (*Lock, error) {
+			if lastErr != nil {
+				return fail(errors.Join(notAcquired, lastErr))
+			}
+			return fail(notAcquired)
+		}
 		if tg.batch == nil && queue == nil {
+			// The next attempt comes at this waiter's turn in the queue,
+			// without a wait of the strategy's: the strategy still says
+			// whether there is one.
+			if ac.retry.NextBackoff(sent) < 0 {
+				return stop()
+			}
 			// Queue up behind this process's other waiters for the
 			// resource: only the one whose turn it is contends in Redis.
 			q, err := m.queues.join(tg.key)
@@ -540,6 +555,9 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 				added = true
 			}
 			if added {
+				if ac.retry.NextBackoff(sent) < 0 { // the look is an attempt too
+					return stop()
+				}
 				continue
 			}
 			for _, k := range watched {
@@ -548,16 +566,15 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 		} else if m.notify != nil {
 			m.notify.refresh(tg.key)
 		}
-		// The retry strategy counts the waits that ran their course; a
-		// hand-over cuts a wait short.
-		d, ok := nextWait(ac.retry, polls+1, waitUntil)
+		// The retry strategy counts the attempts sent; a hand-over takes
+		// the lock without one.
+		d, ok := nextWait(ac.retry, sent, waitUntil)
 		if !ok {
-			if lastErr != nil {
-				return fail(errors.Join(notAcquired, lastErr)) // keep why the last attempt failed
-			}
-			return fail(notAcquired)
+			return stop()
 		}
-		if fw != nil {
+		if fw != nil && !ac.retrySet {
+			// Queued, the default strategy re-checks at most every
+			// fairRecheck: the release before hands the lock over.
 			d = max(d, min(fairRecheck, time.Until(waitUntil)))
 		}
 		if transient {
@@ -576,7 +593,6 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 		case <-m.closing:
 			return fail(ErrClosed)
 		case <-timer.C:
-			polls++
 		case g := <-grants:
 			if !g.retry {
 				granted = &g

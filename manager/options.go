@@ -50,6 +50,7 @@ type config struct {
 	owner          string
 	logger         *zap.Logger
 	retry          RetryStrategy
+	retrySet       bool // retry is not DefaultRetry()
 	wait           time.Duration
 	watchdog       bool
 	renewInterval  time.Duration // 0: ttl/3
@@ -110,7 +111,9 @@ func WithOwner(id string) Option { return optionFunc(func(c *config) { c.owner =
 func WithLogger(l *zap.Logger) Option { return optionFunc(func(c *config) { c.logger = l }) }
 
 // WithRetry sets Acquire's default retry strategy. The default is DefaultRetry().
-func WithRetry(s RetryStrategy) Option { return optionFunc(func(c *config) { c.retry = s }) }
+func WithRetry(s RetryStrategy) Option {
+	return optionFunc(func(c *config) { c.retry, c.retrySet = s, true })
+}
 
 // WithWait sets Acquire's default wait limit, in [0, MaxWait]. The default
 // is 30 s. The caller's context can end the wait sooner.
@@ -306,6 +309,7 @@ type acquireConfig struct {
 	ttl      time.Duration
 	wait     time.Duration
 	retry    RetryStrategy
+	retrySet bool // retry is the caller's (WithRetry, AcquireWithRetry), followed to the letter
 	fencing  bool
 	maxHold  time.Duration
 	watchdog bool
@@ -337,7 +341,7 @@ func AcquireWithWait(d time.Duration) AcquireOption {
 
 // AcquireWithRetry sets the retry strategy of this acquire.
 func AcquireWithRetry(s RetryStrategy) AcquireOption {
-	return acquireOptionFunc(func(c *acquireConfig) { c.retry = s })
+	return acquireOptionFunc(func(c *acquireConfig) { c.retry, c.retrySet = s, true })
 }
 
 // AcquireWithFencing takes a fencing token with this lock (see Lock.Fence).
@@ -359,7 +363,7 @@ func AcquireWithWatchdog(on bool) AcquireOption {
 // (and validated) once by New.
 func (m *Manager) defaultAcquireConfig() acquireConfig {
 	ac := acquireConfig{
-		ttl: m.cfg.ttl, wait: m.cfg.wait, retry: m.cfg.retry, fencing: m.cfg.fencing,
+		ttl: m.cfg.ttl, wait: m.cfg.wait, retry: m.cfg.retry, retrySet: m.cfg.retrySet, fencing: m.cfg.fencing,
 		maxHold: m.cfg.maxHold, watchdog: m.cfg.watchdog, interval: m.cfg.renewInterval,
 		ttlMs: strconv.FormatInt(m.cfg.ttl.Milliseconds(), 10),
 	}
