@@ -3,7 +3,6 @@ package manager
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -193,7 +192,7 @@ func TestOnceNeverRetries(t *testing.T) {
 	}
 	for _, c := range []string{"set cut 1", "set tryagain 1"} {
 		if n := f.count(c); n != 1 {
-			t.Fatal(fmt.Sprintf("%q reached the server %d times, want 1", c, n))
+			t.Fatalf("%q reached the server %d times, want 1", c, n)
 		}
 	}
 }
