@@ -50,10 +50,11 @@ func commandCalls(b *testing.B, c *redis.ClusterClient) int64 {
 	return total
 }
 
-// BenchmarkContendedHandoff: 16 goroutines over 4 managers (each with its
-// own cluster client) take one resource in turn, hold it 1 ms and ask again
-// at once. Beside the default (release notifications, local queues) runs
-// the polling-only mode with 10 ms jittered retries.
+// BenchmarkContendedHandoff: 16 goroutines over 1, 4 and 16 managers (each
+// with its own cluster client: a fleet of processes) take one resource in
+// turn, hold it 1 ms and ask again at once. Beside the default (release
+// notifications, local queues) runs the polling-only mode with 10 ms
+// jittered retries.
 func BenchmarkContendedHandoff(b *testing.B) {
 	addrs := testenv.ClusterAddrs(b)
 	admin := testenv.Cluster(b)
@@ -64,62 +65,68 @@ func BenchmarkContendedHandoff(b *testing.B) {
 		{"notify", nil},
 		{"polling", []manager.Option{manager.WithNotifications(false), manager.WithRetry(manager.LinearBackoff(10 * time.Millisecond))}},
 	}
-	for _, mode := range modes {
-		b.Run(mode.name, func(b *testing.B) {
-			const managers, perManager = 4, 4
-			var ms []*manager.Manager
-			for i := range managers {
-				c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-				b.Cleanup(func() { _ = c.Close() })
-				opts := append([]manager.Option{manager.WithOwner(fmt.Sprintf("handoff-%d", i)), manager.WithTTL(5 * time.Second)}, mode.opts...)
-				ms = append(ms, newManager(b, c, opts...))
-			}
-			res := testenv.Unique("handoff")
-			ctx := context.Background()
-			var (
-				next   atomic.Int64
-				mu     sync.Mutex
-				waits  []time.Duration
-				counts = make([]int, managers*perManager)
-				wg     sync.WaitGroup
-			)
-			before := commandCalls(b, admin)
-			b.ResetTimer()
-			for g := range managers * perManager {
-				m := ms[g%managers]
-				wg.Go(func() {
-					for next.Add(1) <= int64(b.N) {
-						t0 := time.Now()
-						l, err := m.Acquire(ctx, res)
-						w := time.Since(t0)
-						if err != nil {
-							b.Error(err)
-							return
-						}
-						time.Sleep(time.Millisecond)
-						_ = l.Release(ctx)
-						mu.Lock()
-						waits = append(waits, w)
-						counts[g]++
-						mu.Unlock()
-					}
-				})
-			}
-			wg.Wait()
-			b.StopTimer()
-			calls := commandCalls(b, admin) - before
-			slices.Sort(waits)
-			pct := func(p float64) float64 {
-				return float64(waits[min(len(waits)-1, int(p*float64(len(waits))))].Microseconds()) / 1000
-			}
-			b.ReportMetric(float64(len(waits))/b.Elapsed().Seconds(), "acq/s")
-			b.ReportMetric(pct(0.5), "p50-wait-ms")
-			b.ReportMetric(pct(0.99), "p99-wait-ms")
-			b.ReportMetric(float64(waits[len(waits)-1].Microseconds())/1000, "max-wait-ms")
-			b.ReportMetric(float64(slices.Min(counts)), "min-acq/goroutine")
-			b.ReportMetric(float64(slices.Max(counts)), "max-acq/goroutine")
-			b.ReportMetric(float64(calls)/float64(len(waits)), "cmds/acq")
-			b.ReportMetric(0, "ns/op")
-		})
+	for _, managers := range []int{1, 4, 16} {
+		for _, mode := range modes {
+			benchHandoff(b, addrs, admin, fmt.Sprintf("managers=%d/%s", managers, mode.name), managers, 16/managers, mode.opts)
+		}
 	}
+}
+
+// benchHandoff runs one split of BenchmarkContendedHandoff.
+func benchHandoff(b *testing.B, addrs []string, admin *redis.ClusterClient, name string, managers, perManager int, modeOpts []manager.Option) {
+	b.Run(name, func(b *testing.B) {
+		var ms []*manager.Manager
+		for i := range managers {
+			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+			b.Cleanup(func() { _ = c.Close() })
+			opts := append([]manager.Option{manager.WithOwner(fmt.Sprintf("handoff-%d", i)), manager.WithTTL(5 * time.Second)}, modeOpts...)
+			ms = append(ms, newManager(b, c, opts...))
+		}
+		res := testenv.Unique("handoff")
+		ctx := context.Background()
+		var (
+			next   atomic.Int64
+			mu     sync.Mutex
+			waits  []time.Duration
+			counts = make([]int, managers*perManager)
+			wg     sync.WaitGroup
+		)
+		before := commandCalls(b, admin)
+		b.ResetTimer()
+		for g := range managers * perManager {
+			m := ms[g%managers]
+			wg.Go(func() {
+				for next.Add(1) <= int64(b.N) {
+					t0 := time.Now()
+					l, err := m.Acquire(ctx, res)
+					w := time.Since(t0)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					time.Sleep(time.Millisecond)
+					_ = l.Release(ctx)
+					mu.Lock()
+					waits = append(waits, w)
+					counts[g]++
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		b.StopTimer()
+		calls := commandCalls(b, admin) - before
+		slices.Sort(waits)
+		pct := func(p float64) float64 {
+			return float64(waits[min(len(waits)-1, int(p*float64(len(waits))))].Microseconds()) / 1000
+		}
+		b.ReportMetric(float64(len(waits))/b.Elapsed().Seconds(), "acq/s")
+		b.ReportMetric(pct(0.5), "p50-wait-ms")
+		b.ReportMetric(pct(0.99), "p99-wait-ms")
+		b.ReportMetric(float64(waits[len(waits)-1].Microseconds())/1000, "max-wait-ms")
+		b.ReportMetric(float64(slices.Min(counts)), "min-acq/goroutine")
+		b.ReportMetric(float64(slices.Max(counts)), "max-acq/goroutine")
+		b.ReportMetric(float64(calls)/float64(len(waits)), "cmds/acq")
+		b.ReportMetric(0, "ns/op")
+	})
 }
