@@ -299,6 +299,7 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 		queue          *localQueue // this process's queue for the resource, once waiting
 		myTurn         bool        // this waiter is the one contending in Redis
 		sent           int         // attempts sent to Redis: what the retry strategy counts
+		answered       bool        // an attempt was answered: Redis is there
 		transient      bool        // the last attempt failed for a transient reason
 		// The fair queue (see fair.go): one resource, notifications on, no
 		// replica acknowledgement.
@@ -412,6 +413,11 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 				// last attempts failed, or that this one had no reply in
 				// time; an attempt that was not even sent is just the
 				// wait limit.
+				if answered && lastErr == nil {
+					// Redis answers, the lock is held: the wait limit
+					// merely cut the last look short.
+					return fail(ErrNotAcquired)
+				}
 				if cause := cmp.Or(lastErr, abandonedCause(err)); cause != nil {
 					return fail(errors.Join(ErrNotAcquired, cause))
 				}
@@ -473,7 +479,7 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 			return l, nil
 		}
 		if err == nil {
-			lastErr = nil // Redis answered: the lock is held
+			lastErr, answered = nil, true // Redis answered: the lock is held
 		}
 		notAcquired := ErrNotAcquired
 		if len(res.held) > 0 {
