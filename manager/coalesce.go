@@ -273,6 +273,9 @@ func (co *coalescer) flusher(l *lane) {
 	last, yields := 0, 0 // the size of the batch this flusher sent last; yields since
 	for {
 		co.mu.Lock()
+		if last > 0 {
+			l.sent = last
+		}
 		if len(l.queue) < last*3/4 && yields < maxYields && !co.closed {
 			co.mu.Unlock() // let the callers just answered queue again
 			runtime.Gosched()
@@ -313,9 +316,6 @@ func (co *coalescer) flusher(l *lane) {
 			co.send(l.node, batch)
 		}
 		last = len(batch)
-		co.mu.Lock()
-		l.sent = last
-		co.mu.Unlock()
 	}
 }
 
