@@ -68,12 +68,7 @@ func isTransient(err error) bool {
 	}
 	if isReply(err) {
 		msg := err.Error()
-		for _, p := range []string{"TRYAGAIN", "CLUSTERDOWN", "LOADING", "MASTERDOWN", "READONLY", "MOVED", "ASK", "BUSY", "NOSCRIPT"} {
-			if strings.HasPrefix(msg, p) {
-				return true
-			}
-		}
-		return false
+		return isNotNow(err) || isRedirect(err) || strings.HasPrefix(msg, "BUSY") || strings.HasPrefix(msg, "NOSCRIPT")
 	}
 	var ne net.Error
 	return errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
