@@ -21,7 +21,7 @@ type commander interface {
 
 var (
 	_ commander = (*coalescer)(nil)
-	_ commander = once{}
+	_ commander = (*once)(nil)
 )
 
 // noRetry wraps a command so that go-redis never sends it twice: neither
@@ -33,37 +33,50 @@ type noRetry struct{ redis.Cmder }
 
 func (noRetry) NoRetry() bool { return true }
 
+// scripter is what the lock calls need of a redis.Scripter: script
+// commands go through process (and so through the coalescer, or once),
+// script loads straight to the client c.
+type scripter struct {
+	c       redis.UniversalClient
+	process func(context.Context, redis.Cmder) error
+}
+
+func (s scripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return scriptCmd(ctx, s.process, "eval", script, keys, args)
+}
+
+func (s scripter) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return scriptCmd(ctx, s.process, "evalsha", sha1, keys, args)
+}
+
+func (s scripter) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
+	return scriptCmd(ctx, s.process, "eval_ro", script, keys, args)
+}
+
+func (s scripter) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	return scriptCmd(ctx, s.process, "evalsha_ro", sha1, keys, args)
+}
+
+func (s scripter) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {
+	return s.c.ScriptExists(ctx, hashes...)
+}
+
+func (s scripter) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
+	return s.c.ScriptLoad(ctx, script)
+}
+
 // once sends each command through the client, alone and never twice: the
 // lock calls' path when coalescing is off.
-type once struct{ c redis.UniversalClient }
+type once struct{ scripter }
 
-func (o once) Process(ctx context.Context, cmd redis.Cmder) error {
-	return o.c.Process(ctx, noRetry{cmd})
+// newOnce returns a once for c (a pointer: runScript compares commanders).
+func newOnce(c redis.UniversalClient) *once {
+	return &once{scripter{c: c, process: func(ctx context.Context, cmd redis.Cmder) error {
+		return c.Process(ctx, noRetry{cmd})
+	}}}
 }
 
-func (o once) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return scriptCmd(ctx, o.Process, "eval", script, keys, args)
-}
-
-func (o once) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	return scriptCmd(ctx, o.Process, "evalsha", sha1, keys, args)
-}
-
-func (o once) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return scriptCmd(ctx, o.Process, "eval_ro", script, keys, args)
-}
-
-func (o once) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	return scriptCmd(ctx, o.Process, "evalsha_ro", sha1, keys, args)
-}
-
-func (o once) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {
-	return o.c.ScriptExists(ctx, hashes...)
-}
-
-func (o once) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
-	return o.c.ScriptLoad(ctx, script)
-}
+func (o *once) Process(ctx context.Context, cmd redis.Cmder) error { return o.process(ctx, cmd) }
 
 // coalescer sends concurrent callers' commands as pipelines, one lane per
 // server: the client's one server (a standalone or Sentinel-managed
@@ -90,9 +103,9 @@ func (o once) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
 // It replaces go-redis's AutoPipeline(), which re-sends answered commands
 // and waits for a batch however the caller's context ends.
 type coalescer struct {
-	c   redis.UniversalClient
-	cc  *redis.ClusterClient // nil for one server
-	one *redis.Client        // the one server's client, nil for a cluster
+	scripter                      // c, the client; its script commands go through Process
+	cc       *redis.ClusterClient // nil for one server
+	one      *redis.Client        // the one server's client, nil for a cluster
 
 	own bool // callers may send on their own goroutines: the client bounds a command by its context's deadline
 
@@ -158,7 +171,8 @@ type queued struct {
 // newCoalescer returns a coalescer for a *redis.Client or a
 // *redis.ClusterClient, nil for any other client.
 func newCoalescer(c redis.UniversalClient) *coalescer {
-	co := &coalescer{c: c, lanes: map[*redis.Client]*lane{}, maxFlushers: flushersPerCPU * runtime.GOMAXPROCS(0), own: honoursDeadlines(c)}
+	co := &coalescer{lanes: map[*redis.Client]*lane{}, maxFlushers: flushersPerCPU * runtime.GOMAXPROCS(0), own: honoursDeadlines(c)}
+	co.scripter = scripter{c: c, process: co.Process}
 	switch c := c.(type) {
 	case *redis.ClusterClient:
 		co.cc = c
@@ -542,28 +556,4 @@ func scriptCmd(ctx context.Context, process func(context.Context, redis.Cmder) e
 		return own
 	}
 	return cmd
-}
-
-func (co *coalescer) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return scriptCmd(ctx, co.Process, "eval", script, keys, args)
-}
-
-func (co *coalescer) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	return scriptCmd(ctx, co.Process, "evalsha", sha1, keys, args)
-}
-
-func (co *coalescer) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return scriptCmd(ctx, co.Process, "eval_ro", script, keys, args)
-}
-
-func (co *coalescer) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	return scriptCmd(ctx, co.Process, "evalsha_ro", sha1, keys, args)
-}
-
-func (co *coalescer) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {
-	return co.c.ScriptExists(ctx, hashes...)
-}
-
-func (co *coalescer) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
-	return co.c.ScriptLoad(ctx, script)
 }

@@ -88,7 +88,7 @@ func New(client Client, opts ...Option) (*Manager, error) {
 			return nil, fmt.Errorf("shardlock: startup check: %w", err)
 		}
 	}
-	m.cmd = once{client}
+	m.cmd = newOnce(client)
 	if cfg.autoPipeline == nil || *cfg.autoPipeline {
 		if m.co = newCoalescer(client); m.co != nil {
 			m.cmd = m.co

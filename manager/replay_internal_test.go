@@ -183,7 +183,7 @@ func TestReplayConnectionCut(t *testing.T) {
 func TestOnceNeverRetries(t *testing.T) {
 	f := startFakeRESP(t)
 	ctx := testCtx(t)
-	o := once{fakeStandalone(t, f)}
+	o := newOnce(fakeStandalone(t, f))
 	if err := o.Process(ctx, setNX(ctx, "cut", "1")); !isAmbiguous(err) {
 		t.Fatalf("cut: %v", err)
 	}

@@ -100,7 +100,7 @@ func honoursDeadlines(c any) bool {
 	switch c := c.(type) {
 	case *coalescer:
 		return true
-	case once:
+	case *once:
 		return honoursDeadlines(c.c)
 	case *redis.Client:
 		return c.Options().ContextTimeoutEnabled
