@@ -30,6 +30,15 @@ func fakeStandalone(t *testing.T, f *fakeRESP) *redis.Client {
 	return c
 }
 
+// fakeCoalescer returns a coalescer on a cluster or standalone client of f.
+func fakeCoalescer(t *testing.T, f *fakeRESP, kind string) *coalescer {
+	t.Helper()
+	if kind == "cluster" {
+		return newCoalescer(fakeCluster(t, f))
+	}
+	return newCoalescer(fakeStandalone(t, f))
+}
+
 func setNX(ctx context.Context, key, val string) *redis.StatusCmd {
 	return redis.NewStatusCmd(ctx, "set", key, val, "nx")
 }
@@ -108,12 +117,7 @@ func TestReplayTryAgainAtBatchHead(t *testing.T) {
 	for _, kind := range []string{"cluster", "standalone"} {
 		t.Run("coalescer/"+kind, func(t *testing.T) {
 			f := startFakeRESP(t)
-			var co *coalescer
-			if kind == "cluster" {
-				co = newCoalescer(fakeCluster(t, f))
-			} else {
-				co = newCoalescer(fakeStandalone(t, f))
-			}
+			co := fakeCoalescer(t, f, kind)
 			ctx := testCtx(t)
 			errs := viaCoalescer(t, f, co, setNX(ctx, "tryagain", "a"), setNX(ctx, "k", "b"))
 			for i, err := range errs {
@@ -152,12 +156,7 @@ func TestReplayConnectionCut(t *testing.T) {
 	for _, kind := range []string{"cluster", "standalone"} {
 		t.Run("coalescer/"+kind, func(t *testing.T) {
 			f := startFakeRESP(t)
-			var co *coalescer
-			if kind == "cluster" {
-				co = newCoalescer(fakeCluster(t, f))
-			} else {
-				co = newCoalescer(fakeStandalone(t, f))
-			}
+			co := fakeCoalescer(t, f, kind)
 			ctx := testCtx(t)
 			errs := viaCoalescer(t, f, co, setNX(ctx, "a", "1"), setNX(ctx, "cut", "2"), setNX(ctx, "c", "3"))
 			if errs[0] != nil {

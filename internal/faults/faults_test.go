@@ -209,6 +209,23 @@ func (w *workload) check(t *testing.T, allowLost bool) {
 	}
 }
 
+// killNode kills the server pid (listening on port) with SIGKILL, and
+// returns the function that restarts it and waits until the cluster is ok
+// again.
+func killNode(t *testing.T, addrs []string, pid, port string) (restart func()) {
+	t.Helper()
+	if err := exec.Command("kill", "-9", pid).Run(); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		out, err := exec.Command("bash", "../../scripts/redis-test-env.sh", "restart", port).CombinedOutput()
+		if err != nil {
+			t.Errorf("restart %s: %v\n%s", port, err, out)
+		}
+		waitClusterOK(t, addrs, 60*time.Second)
+	}
+}
+
 // masterOf returns the address of the master serving slot, and of one of its replicas.
 func masterOf(t *testing.T, ctx context.Context, c *redis.ClusterClient, slot int) (master, replica string) {
 	t.Helper()
@@ -568,16 +585,7 @@ func TestFaults(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 		killed := time.Now()
-		if err := exec.Command("kill", "-9", pid).Run(); err != nil {
-			t.Fatal(err)
-		}
-		defer func() {
-			out, err := exec.Command("bash", "../../scripts/redis-test-env.sh", "restart", port).CombinedOutput()
-			if err != nil {
-				t.Errorf("restart %s: %v\n%s", port, err, out)
-			}
-			waitClusterOK(t, addrs, 60*time.Second)
-		}()
+		defer killNode(t, addrs, pid, port)()
 		// When does the cluster itself serve the slot again? A survivor's
 		// CLUSTER SLOTS says, polled every 50 ms.
 		promoted := make(chan time.Duration, 1)
@@ -685,16 +693,7 @@ func TestFaults(t *testing.T) {
 			t.Fatalf("CLIENT KILL TYPE replica: %v", err)
 		}
 		take(5)
-		if err := exec.Command("kill", "-9", masterPid).Run(); err != nil {
-			t.Fatal(err)
-		}
-		defer func() {
-			out, err := exec.Command("bash", "../../scripts/redis-test-env.sh", "restart", masterPort).CombinedOutput()
-			if err != nil {
-				t.Errorf("restart %s: %v\n%s", masterPort, err, out)
-			}
-			waitClusterOK(t, addrs, 60*time.Second)
-		}()
+		defer killNode(t, addrs, masterPid, masterPort)()
 		cont()
 		if err := rep.Do(ctx, "cluster", "failover", "takeover").Err(); err != nil {
 			t.Fatalf("CLUSTER FAILOVER TAKEOVER: %v", err)
