@@ -27,6 +27,19 @@ import (
 // most once, so a waiter also re-checks (acquire_queue.lua) at a bounded
 // interval; a re-check finds a missed hand-over as its own token in the key.
 //
+// A waiter may have died while queued. So the key handed to it lives for
+// the claim lease (scripts.ClaimLease) only, until the new holder confirms
+// it with its first renewal (sent even without the watchdog) or a re-check,
+// which set the full TTL; a holder released within the lease never pays for
+// it. A lock taken on its lease is valid, by this process's clock, from the
+// waiter's first queue write, the earliest the hand-over can have happened:
+// a waiter queued for so long that less than half the lease would be left
+// confirms it with a re-check before it returns the lock. The other
+// waiters, hearing a hand-over that is not theirs, look again when its
+// lease would end (recheckAt), so a dead waiter's hand-over costs them about
+// one lease; and a re-check learns the key's TTL, so they also look when a
+// holder that died lets it expire.
+//
 // A process that holds the lock and has local waiters queues its next
 // waiter with the release, and may hand the lock to it directly, up to
 // maxLocalHandoffs times in a row, before the next process in Redis's queue
@@ -50,6 +63,10 @@ type fairWaiter struct {
 	entry    string    // its entry in Redis's queue once queued (or being queued), else ""
 	regAt    time.Time // send time of the first write that queued entry
 	left     bool      // gave up or acquired otherwise
+	// expires: when the key may be free with nobody handing it over: the
+	// end of a lease handed to another process's waiter, or of the TTL a
+	// re-check read; zero when unknown.
+	expires time.Time
 	took     bool      // acquired: by a hand-over, or by finding its own token (a re-check)
 	// handing: a release of this process's holder is queueing w or handing
 	// it the lock (nextForRelease); w makes no attempt of its own until
@@ -64,6 +81,27 @@ type grantMsg struct {
 	fence     uint64
 	validFrom time.Time
 	retry     bool
+	claimed   bool // handed over from Redis's queue, on the claim lease
+}
+
+// expiryLag is how long after a key's expected expiry a waiter looks: the
+// key is gone from the server by then.
+const expiryLag = 2 * time.Millisecond
+
+// recheckAt returns when w is to look at the key again because it may have
+// expired with nobody handing it over (zero: no such time), taking that time
+// off w once it has come, so that it makes one look for it.
+func (lq *localQueues) recheckAt(w *fairWaiter) time.Time {
+	lq.mu.Lock()
+	defer lq.mu.Unlock()
+	if w.expires.IsZero() {
+		return time.Time{}
+	}
+	at := w.expires.Add(expiryLag)
+	if !time.Now().Before(at) {
+		w.expires = time.Time{}
+	}
+	return at
 }
 
 func newFairWaiter(token string, ac *acquireConfig, deadline time.Time) *fairWaiter {
@@ -309,11 +347,17 @@ func (lq *localQueues) announced(key, payload string) {
 	lq.mu.Lock()
 	defer lq.mu.Unlock()
 	q := lq.queues[key]
-	if q == nil || q.head == nil || q.head.left || q.head.entry == "" || q.head.digest != digest {
+	if q == nil || q.head == nil || q.head.left || q.head.entry == "" {
+		return
+	}
+	if q.head.digest != digest {
+		// Handed to another waiter, on its lease: if that waiter is dead,
+		// the key is free again when the lease ends. Look then.
+		q.head.expires = time.Now().Add(scripts.ClaimLease)
 		return
 	}
 	fence, _ := strconv.ParseUint(fenceStr, 10, 64)
-	q.head.send(grantMsg{fence: fence, validFrom: q.head.regAt})
+	q.head.send(grantMsg{fence: fence, validFrom: q.head.regAt, claimed: true})
 }
 
 // channelKey returns the lock key whose channel is ch.
@@ -329,6 +373,15 @@ func (m *Manager) attemptQueued(ctx context.Context, key string, w *fairWaiter, 
 	res, err := scripts.AcquireQueue.Run(ctx, m.cmd, []string{key, sharding.QueueKey(key), sharding.FenceKey(key)},
 		w.token, ac.ttlMs, luaFlag(ac.fencing), entry, luaFlag(recheck)).Slice()
 	status, fence, err = parseFenced(res, err)
+	if err == nil && status == attemptContended {
+		if recheck && fence > 0 {
+			// A re-check reads the key's TTL: look again when it ends.
+			m.queues.mu.Lock()
+			w.expires = time.Now().Add(time.Duration(fence) * time.Millisecond)
+			m.queues.mu.Unlock()
+		}
+		fence = 0
+	}
 	if err != nil && !isAmbiguous(err) && !recheck {
 		// Not queued: the next attempt queues it.
 		m.queues.mu.Lock()

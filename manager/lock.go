@@ -54,6 +54,10 @@ type Lock struct {
 	finished   bool // Done is (or is to be) closed
 	maxFired   bool
 	watchdog   bool
+	// claimed: the lock was handed over from Redis's queue on the claim
+	// lease (see fair.go) and no renewal has set its TTL since; its first
+	// renewal is sent even without the watchdog.
+	claimed bool
 	// fixedInterval: the renew interval was set explicitly, not TTL/3.
 	fixedInterval bool
 	// watched: the lock has left the scheduler's incoming list for its heap,
@@ -106,6 +110,18 @@ func (m *Manager) newLock(resource, key, token string, tokenArg any, fence uint6
 		l.maxHoldAt = monoOf(acquiredAt).Add(ac.maxHold)
 	}
 	return l
+}
+
+// claimValidity is how long a lock taken on the claim lease is valid by
+// this process's clock, from the earliest time it can have been handed over.
+const claimValidity = scripts.ClaimLease - 2*time.Millisecond
+
+// onClaim makes l, not shared yet, a lock handed over on the claim lease
+// from validFrom: valid for the lease, its first renewal due halfway.
+func (l *Lock) onClaim(validFrom time.Time) {
+	l.claimed = true
+	l.validUntil = monoOf(validFrom).Add(min(claimValidity, l.ttl-drift(l.ttl)))
+	l.nextRenew = monoOf(validFrom).Add(scripts.ClaimLease / 2)
 }
 
 // Resource returns the resource name the lock was taken on.
@@ -595,6 +611,7 @@ func (l *Lock) renewed(sentAtTime time.Time, ttl time.Duration) {
 	l.validUntil = sentAt.Add(ttl - drift(ttl))
 	l.nextRenew = sentAt.Add(l.interval)
 	l.renewFails = 0
+	l.claimed = false
 	due, slack := l.nextDueLocked()
 	l.mu.Unlock()
 	l.m.sched.schedule(l, due, slack)
@@ -606,7 +623,7 @@ func (l *Lock) renewed(sentAtTime time.Time, ttl time.Duration) {
 // failed renewal, the max hold and the end of validity may not.
 func (l *Lock) nextDueLocked() (mono, time.Duration) {
 	due, slack := l.validUntil, time.Duration(0)
-	if l.watchdog && !l.maxFired && !l.renewing && l.nextRenew.Before(due) {
+	if (l.watchdog || l.claimed) && !l.maxFired && !l.renewing && l.nextRenew.Before(due) {
 		due, slack = l.nextRenew, l.renewSlackLocked()
 	}
 	if !l.maxHoldAt.IsZero() && !l.maxFired && l.maxHoldAt.Before(due) {
@@ -618,7 +635,7 @@ func (l *Lock) nextDueLocked() (mono, time.Duration) {
 // renewDueLocked reports whether the watchdog should send a renewal of l
 // at now: one is due (within its slack) and none is in flight.
 func (l *Lock) renewDueLocked(now mono) bool {
-	if !l.watchdog || l.maxFired || l.renewing {
+	if (!l.watchdog && !l.claimed) || l.maxFired || l.renewing {
 		return false
 	}
 	return !now.Add(l.renewSlackLocked()).Before(l.nextRenew)
@@ -626,9 +643,10 @@ func (l *Lock) renewDueLocked(now mono) bool {
 
 // renewSlackLocked is how early a renewal may go: a quarter interval, to
 // share a pipeline with the renewals due close to it; none for a retry
-// after a failed renewal, which keeps its backoff.
+// after a failed renewal, which keeps its backoff, nor for the confirmation
+// of a claim lease, which a release within the lease makes unnecessary.
 func (l *Lock) renewSlackLocked() time.Duration {
-	if l.renewFails > 0 {
+	if l.renewFails > 0 || l.claimed {
 		return 0
 	}
 	return l.interval / 4

@@ -371,13 +371,19 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 			res attemptResult
 			err error
 		)
+		if granted != nil && granted.claimed && time.Until(granted.validFrom.Add(claimValidity)) < scripts.ClaimLease/2 {
+			// Handed over on the claim lease, but queued so long ago that
+			// too little of the lease may be left: a re-check confirms it
+			// (or finds it lost) instead.
+			granted = nil
+		}
 		switch {
 		case attempt == 1 && queueFirst:
 			res.status = attemptContended
 		case granted != nil:
 			// Handed over by a release: held since (at the earliest)
 			// the write that queued us.
-			res.status, res.fence, sendAt = attemptFresh, granted.fence, granted.validFrom
+			res.status, res.fence, res.claimed, sendAt = attemptFresh, granted.fence, granted.claimed, granted.validFrom
 			granted = nil
 		case skipOnce:
 			res.status, skipOnce = attemptContended, false
@@ -391,9 +397,6 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 				firstTry: attempt == 1 || (attempt == 2 && queueFirst), queueNext: fair,
 				first: attempt == 1, mark: batchWatch,
 			})
-			if fw != nil && res.status == attemptReplay && !fw.regAt.IsZero() && (firstAmbiguous.IsZero() || fw.regAt.Before(firstAmbiguous)) {
-				firstAmbiguous = fw.regAt // a hand-over may have set the key that early
-			}
 		}
 		switch {
 		case err != nil:
@@ -430,10 +433,15 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 			transient, lastErr = true, err
 		case res.status != attemptContended:
 			validFrom := sendAt
-			if res.status == attemptReplay && !firstAmbiguous.IsZero() {
-				validFrom = firstAmbiguous // the key may have been set that early
+			if res.status == attemptReplay && fw == nil && !firstAmbiguous.IsZero() {
+				// The key may have been set that early. (A fair waiter's
+				// re-check that finds its token sets the key's TTL anew.)
+				validFrom = firstAmbiguous
 			}
 			l := m.newLock(tg.resource, tg.key, token, tokenArg, res.fence, start, validFrom, ac)
+			if res.claimed {
+				l.onClaim(validFrom)
+			}
 			l.replicas = res.replicas
 			if tg.batch != nil {
 				l.multi = &batchInfo{resources: tg.batch.resources, keys: tg.batch.keys, fences: res.fences}
@@ -588,22 +596,41 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 			// so locking resumes as soon as a failover completes.
 			d, transient = min(d, transientRetry), false
 		}
-		resetTimer(&timer, d)
 		var grants chan grantMsg
 		if fw != nil {
 			grants = fw.ch
 		}
-		select {
-		case <-ctx.Done():
-			return fail(errors.Join(notAcquired, ctx.Err()))
-		case <-m.closing:
-			return fail(ErrClosed)
-		case <-timer.C:
-		case g := <-grants:
-			if !g.retry {
-				granted = &g
+		// A fair waiter also looks when the key may have expired with
+		// nobody handing it over (recheckAt), unless a newer hand-over
+		// moved that time on meanwhile.
+		lookAt := time.Now().Add(d)
+	waiting:
+		for {
+			wakeAt := lookAt
+			if fw != nil {
+				if at := m.queues.recheckAt(fw); !at.IsZero() && at.Before(wakeAt) {
+					wakeAt = at
+				}
 			}
-		case <-wake: // a watched batch key was freed
+			resetTimer(&timer, time.Until(wakeAt))
+			select {
+			case <-ctx.Done():
+				return fail(errors.Join(notAcquired, ctx.Err()))
+			case <-m.closing:
+				return fail(ErrClosed)
+			case <-timer.C:
+				if wakeAt.Before(lookAt) {
+					if at := m.queues.recheckAt(fw); at.After(time.Now()) {
+						continue // moved on by a newer hand-over
+					}
+				}
+			case g := <-grants:
+				if !g.retry {
+					granted = &g
+				}
+			case <-wake: // a watched batch key was freed
+			}
+			break waiting
 		}
 		if m.closed.Load() {
 			return fail(ErrClosed)
@@ -618,6 +645,7 @@ type attemptResult struct {
 	fence    uint64
 	fences   []uint64 // a batch's
 	held     []int    // a contended batch's: indices of the keys others hold (1-based)
+	claimed  bool     // handed over on the claim lease (see fair.go)
 }
 
 // attemptArgs is one acquire attempt: a fair waiter's (fw set), a single

@@ -51,7 +51,9 @@ type workload struct {
 	errs     []error
 	lost     int
 	lostWhy  []string
-	replies  map[string]int // error replies the managers' clients met, by first word
+	replies  map[string]int
+	// goroutines: how many run the workload (managers x workers).
+	goroutines int // error replies the managers' clients met, by first word
 }
 
 // replyHook counts the error replies a node client meets (before the
@@ -108,6 +110,7 @@ func (w *workload) saw(word string) int {
 
 func (w *workload) run(t *testing.T, ctx context.Context, addrs, resources []string, managers, workers int) {
 	t.Helper()
+	w.goroutines = managers * workers
 	var wg sync.WaitGroup
 	for i := range managers {
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
@@ -172,7 +175,6 @@ func (w *workload) fail(err error) {
 	w.mu.Unlock()
 }
 
-// check: no error, no lost lock, no overlap on a resource, fences rising.
 // count returns how many critical sections w has recorded.
 func (w *workload) count() int {
 	w.mu.Lock()
@@ -180,13 +182,34 @@ func (w *workload) count() int {
 	return len(w.sections)
 }
 
-func (w *workload) check(t *testing.T, allowLost bool) {
+// lossPolicy says which lost locks a fault may cost.
+type lossPolicy int
+
+const (
+	// noLoss: no lock is lost.
+	noLoss lossPolicy = iota
+	// outageLoss: an outage longer than the claim lease may cost a lock
+	// handed over from the queue just before it (a holder on the lease
+	// cannot confirm it meanwhile): at most one per goroutine, each
+	// reported to its holder; fences still rise.
+	outageLoss
+	// writeLoss: the fault may lose writes not yet replicated (kill -9 of
+	// a master): locks may be lost and fences repeat.
+	writeLoss
+)
+
+// check: no error, no overlap on a resource, lost locks and fences as
+// policy allows.
+func (w *workload) check(t *testing.T, policy lossPolicy) {
 	t.Helper()
 	for _, err := range w.errs {
 		t.Error(err)
 	}
-	if w.lost > 0 && !allowLost {
+	switch {
+	case w.lost > 0 && policy == noLoss, w.lost > w.goroutines && policy == outageLoss:
 		t.Errorf("%d locks lost: %v", w.lost, w.lostWhy)
+	case w.lost > 0:
+		t.Logf("locks lost, as the fault may cost: %v", w.lostWhy)
 	}
 	per := map[string][]section{}
 	for _, s := range w.sections {
@@ -198,7 +221,7 @@ func (w *workload) check(t *testing.T, allowLost bool) {
 			if ss[i].start.Before(ss[i-1].end) {
 				t.Errorf("%s: critical sections overlap", r)
 			}
-			if ss[i].fence <= ss[i-1].fence && !allowLost {
+			if ss[i].fence <= ss[i-1].fence && policy != writeLoss {
 				t.Errorf("%s: fence %d after %d", r, ss[i].fence, ss[i-1].fence)
 			}
 		}
@@ -342,7 +365,7 @@ func TestFaults(t *testing.T) {
 			_ = admin.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return n.ScriptFlush(ctx).Err() })
 		}()
 		w.run(t, run, addrs, res, 4, 4)
-		w.check(t, false)
+		w.check(t, noLoss)
 		if w.saw("NOSCRIPT") == 0 {
 			t.Error("no NOSCRIPT met: the flush did not hit the workload")
 		}
@@ -372,7 +395,7 @@ func TestFaults(t *testing.T) {
 				t.Fatalf("failover did not happen: master is %s", now)
 			}
 		}
-		w.check(t, false)
+		w.check(t, noLoss)
 	})
 
 	for run := range max(*migrations, 1) {
@@ -435,7 +458,7 @@ func TestFaults(t *testing.T) {
 			if now, _ := masterOf(t, ctx, admin, slot); now != target {
 				t.Fatalf("slot %d is on %s, not %s", slot, now, target)
 			}
-			w.check(t, false)
+			w.check(t, noLoss)
 			if w.saw("ASK")+w.saw("TRYAGAIN") == 0 {
 				t.Error("no ASK or TRYAGAIN met: the migration did not hit the workload")
 			}
@@ -483,7 +506,7 @@ func TestFaults(t *testing.T) {
 			t.Fatalf("SIGSTOP/SIGCONT: %v", err)
 		}
 		waitClusterOK(t, addrs, 30*time.Second)
-		w.check(t, false)
+		w.check(t, outageLoss)
 		if w.saw("CLUSTERDOWN") == 0 {
 			t.Error("no CLUSTERDOWN met")
 		}
@@ -540,7 +563,7 @@ func TestFaults(t *testing.T) {
 			t.Fatalf("DEBUG RELOAD: %v", err)
 		}
 		t.Logf("DEBUG RELOAD took %v", took)
-		w.check(t, false)
+		w.check(t, outageLoss)
 		if w.saw("LOADING") == 0 {
 			t.Error("no LOADING met")
 		}
@@ -637,7 +660,7 @@ func TestFaults(t *testing.T) {
 		if resumed > 10*time.Second {
 			t.Errorf("resumed after %v", resumed)
 		}
-		w.check(t, true) // a kill -9 may lose writes not yet replicated
+		w.check(t, writeLoss) // a kill -9 may lose writes not yet replicated
 	})
 
 	// An unplanned failover that loses the latest writes to a fence

@@ -7,10 +7,14 @@
 -- entry may be queued already (a re-check).
 -- Returns {1, fence} when this call set the key (a re-check that did also
 -- takes its entry out of the queue), {2, fence} when the key already holds
--- this token (a re-sent attempt, or a hand-over whose announcement was
--- missed), {0, 0} when another token holds it: the entry is then queued
--- (the queue expiring at its latest entry's deadline), unless a re-check
--- finds it there already, and the key gets release.lua's queued mark "\30".
+-- this token (a re-sent attempt, or a hand-over, on its claim lease, whose
+-- announcement was missed or came late): the key's TTL is then set to
+-- ARGV[2] from now, which confirms the claim; {0, pttl} when another token
+-- holds it: the entry is then queued (the queue expiring at its latest
+-- entry's deadline), unless a re-check finds it there already, and the key
+-- gets release.lua's queued mark "\30". pttl is the key's remaining TTL in
+-- milliseconds on a re-check (when the waiter is to look again if nobody
+-- hands it the key), else 0.
 -- A key that holds anything but a shardlock token (another value, another
 -- type) is held by someone else too, but is never written: no mark.
 -- The fence is taken (take_fence, fence.lua) before the key is set: a
@@ -32,6 +36,7 @@ if v == false then
   redis.call('SET', KEYS[1], val, 'PX', ARGV[2])
   return {1, fence}
 elseif v == ARGV[1] or v == ARGV[1] .. mark then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
   if ARGV[3] ~= '1' then return {2, 0} end
   local fence = tonumber(redis.pcall('GET', KEYS[3]))
   if not fence then return redis.error_reply('ERR fence counter is not an integer') end
@@ -44,4 +49,5 @@ end
 if queued and type(v) == 'string' and string.sub(v, 1, 4) == 'sl1.' and string.sub(v, -1) ~= mark then
   redis.call('SET', KEYS[1], v .. mark, 'KEEPTTL')
 end
+if ARGV[5] == '1' then return {0, math.max(redis.call('PTTL', KEYS[1]), 0)} end
 return {0, 0}

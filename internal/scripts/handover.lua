@@ -23,12 +23,21 @@ local function entry_parts(e)
   return ttl, f, tok
 end
 
+-- claim_ms is the claim lease of a waiter handed the key from the queue
+-- (hand_over): the key lives that long (at most its TTL) until the new
+-- holder confirms it by its first renewal, or by a re-check
+-- (acquire_queue.lua), which set the full TTL. A waiter that died while
+-- queued holds a key it is handed for no longer than that. It is
+-- scripts.ClaimLease; a test keeps the two equal.
+local claim_ms = 200
+
 -- grant sets key k to entry e's token, with the queued mark "\30" (see
--- release.lua) and e's TTL, taking a fence first if e asks for one. It
--- returns the token and the fence (0 without); nil and 'junk' for an
--- entry that is not one; nothing when no fence can be taken here (the
--- counter is not local while a slot migrates, or not an integer).
-local function grant(k, e)
+-- release.lua) and e's TTL, or lease milliseconds if given and shorter,
+-- taking a fence first if e asks for one. It returns the token and the
+-- fence (0 without); nil and 'junk' for an entry that is not one; nothing
+-- when no fence can be taken here (the counter is not local while a slot
+-- migrates, or not an integer).
+local function grant(k, e, lease)
   local ttl, f, tok = entry_parts(e)
   if not tok then return nil, 'junk' end
   local fence = 0
@@ -36,6 +45,7 @@ local function grant(k, e)
     fence = take_fence(k .. ':fence')
     if not fence then return nil end
   end
+  if lease and lease < ttl then ttl = lease end
   redis.call('SET', k, tok .. '\30', 'PX', ttl)
   return tok, fence
 end
@@ -55,7 +65,8 @@ local function enqueue(q, e)
   return true
 end
 
--- hand_over gives key k to the first live entry of its queue and announces
+-- hand_over gives key k, on its claim lease (claim_ms), to the first live
+-- entry of its queue and announces
 -- it with SPUBLISH on "<k>:released" as "<sha1 of the token> <fence>"
 -- (tokens are not broadcast). Entries past their deadline (by the server's
 -- clock, read once, only when an entry is popped) and entries that are not
@@ -72,7 +83,7 @@ local function hand_over(k)
     end
     local d = tonumber(string.match(e, '^(%d+):'))
     if d and d >= now then
-      local tok, fence = grant(k, e)
+      local tok, fence = grant(k, e, claim_ms)
       if tok then
         redis.pcall('SPUBLISH', k .. ':released', redis.sha1hex(tok) .. ' ' .. string.format('%d', fence))
         return true

@@ -6,6 +6,7 @@ package scripts
 import (
 	_ "embed"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -49,6 +50,11 @@ var (
 	ExtendBatch   = redis.NewScript(extendBatchSrc)
 	PTTLBatch     = redis.NewScript(pttlBatchSrc)
 )
+
+// ClaimLease is how long a key handed to a waiter queued in Redis lives
+// until the new holder confirms it (claim_ms in handover.lua): a waiter
+// that died while queued stalls the lock for no longer than that.
+const ClaimLease = 200 * time.Millisecond
 
 // All lists every script, for preloading.
 func All() []*redis.Script {

@@ -1,6 +1,7 @@
 package scripts
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -25,5 +26,14 @@ func TestInclude(t *testing.T) {
 	rel := include(releaseSrc)
 	if strings.Index(rel, "redis.call('DEL', k)\n  return 1") > strings.Index(rel, "local function grant") {
 		t.Error("release.lua: the uncontended path runs after the hand-over's definitions")
+	}
+}
+
+// handover.lua's claim lease is ClaimLease, which the waiters' validity
+// and re-checks are computed from.
+func TestClaimLeaseMatches(t *testing.T) {
+	want := fmt.Sprintf("local claim_ms = %d\n", ClaimLease.Milliseconds())
+	if !strings.Contains(handoverSrc, want) {
+		t.Errorf("handover.lua does not say %q", strings.TrimSpace(want))
 	}
 }

@@ -1,0 +1,178 @@
+package manager_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardlock/shardlock/internal/scripts"
+	"github.com/shardlock/shardlock/internal/testenv"
+	"github.com/shardlock/shardlock/manager"
+)
+
+// forEachCuttable runs f on the standalone server and on the cluster; f
+// gets a function that makes a client whose traffic cut (if not nil) cuts.
+func forEachCuttable(t *testing.T, f func(t *testing.T, client func(cut *testenv.Cutter) redis.UniversalClient)) {
+	for _, target := range testenv.CuttableTargets() {
+		t.Run(target.Name, func(t *testing.T) {
+			f(t, func(cut *testenv.Cutter) redis.UniversalClient {
+				if cut == nil {
+					cut = &testenv.Cutter{}
+				}
+				return target.Client(t, cut)
+			})
+		})
+	}
+}
+
+// ownerOf returns the owner id of the token that key holds ("" if none).
+func ownerOf(ctx context.Context, c redis.UniversalClient, key string) string {
+	info, err := manager.ParseToken(c.Get(ctx, key).Val())
+	if err != nil {
+		return ""
+	}
+	return info.Owner
+}
+
+// A waiter whose process died while queued is handed the key by the next
+// release, but only on the claim lease: the live waiter queued behind it
+// takes the key once the lease runs out, long before the TTL.
+func TestRealDeadWaiterCostsOneLease(t *testing.T) {
+	forEachCuttable(t, func(t *testing.T, client func(*testenv.Cutter) redis.UniversalClient) {
+		ctx := ctxT(t)
+		res := testenv.Unique("deadwaiter")
+		admin := client(nil)
+		holderM := newManager(t, client(nil), manager.WithOwner("holder"))
+		cut := &testenv.Cutter{}
+		deadM := newManager(t, client(cut), manager.WithOwner("dead"))
+		liveM := newManager(t, client(nil), manager.WithOwner("live"))
+
+		h, err := holderM.TryAcquire(ctx, res) // the default TTL: 10 s
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := h.Key()
+		deadCtx, cancelDead := context.WithCancel(ctx)
+		defer cancelDead()
+		deadDone := make(chan error, 1)
+		go func() {
+			_, err := deadM.Acquire(deadCtx, res)
+			deadDone <- err
+		}()
+		eventually(t, 5*time.Second, "dead waiter queued", func() bool { return queueLen(t, admin, key) == 1 })
+		cut.Cut() // it sends nothing more: no give-up, no renewal, no release
+
+		got := make(chan acquired, 1)
+		go func() {
+			l, err := liveM.Acquire(ctx, res, manager.AcquireWithWait(8*time.Second))
+			got <- acquired{l: l, err: err, when: time.Now()}
+		}()
+		eventually(t, 5*time.Second, "live waiter queued", func() bool { return queueLen(t, admin, key) == 2 })
+
+		released := time.Now()
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if owner := ownerOf(ctx, admin, key); owner != "dead" && owner != "live" {
+			t.Fatalf("after the release the key is %q's", owner)
+		}
+		a := <-got
+		if a.err != nil {
+			t.Fatalf("live waiter: %v (the dead waiter held the key for its TTL)", a.err)
+		}
+		took := a.when.Sub(released)
+		t.Logf("the live waiter took the lock %v after the release (claim lease %v, TTL %v)", took, scripts.ClaimLease, manager.DefaultTTL)
+		if took > manager.DefaultTTL/4 {
+			t.Fatalf("the live waiter waited %v", took)
+		}
+		if ownerOf(ctx, admin, key) != "live" {
+			t.Fatal("the key is not the live waiter's")
+		}
+		if err := a.l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cancelDead()
+		<-deadDone
+	})
+}
+
+// A lock handed over on the claim lease is confirmed to its full TTL by its
+// first renewal, which is sent even without the watchdog: it is held past
+// the lease and released normally.
+func TestRealClaimConfirmed(t *testing.T) {
+	forEachCuttable(t, func(t *testing.T, client func(*testenv.Cutter) redis.UniversalClient) {
+		for _, watchdog := range []bool{false, true} {
+			ctx := ctxT(t)
+			res := testenv.Unique("claim")
+			admin := client(nil)
+			holderM := newManager(t, client(nil), manager.WithOwner("holder"))
+			waiterM := newManager(t, client(nil), manager.WithOwner("waiter"), manager.WithWatchdog(watchdog))
+			h, err := holderM.TryAcquire(ctx, res)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make(chan acquired, 1)
+			go func() {
+				l, err := waiterM.Acquire(ctx, res)
+				got <- acquired{l: l, err: err}
+			}()
+			eventually(t, 5*time.Second, "waiter queued", func() bool { return queueLen(t, admin, h.Key()) == 1 })
+			if err := h.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			a := <-got
+			if a.err != nil {
+				t.Fatal(a.err)
+			}
+			eventually(t, 5*time.Second, "claim confirmed to the full TTL", func() bool {
+				return admin.PTTL(ctx, h.Key()).Val() > 2*scripts.ClaimLease
+			})
+			if err := a.l.Release(ctx); err != nil {
+				t.Fatalf("watchdog %v: release after the lease: %v", watchdog, err)
+			}
+		}
+	})
+}
+
+// A holder that died leaves its key to its TTL: the waiter queued for it,
+// which read the TTL at a re-check, looks again the moment it runs out,
+// whatever its retry backoff has grown to.
+func TestRealDeadHolderFreeAtTTL(t *testing.T) {
+	forEachCuttable(t, func(t *testing.T, client func(*testenv.Cutter) redis.UniversalClient) {
+		const ttl = 1500 * time.Millisecond
+		ctx := ctxT(t)
+		res := testenv.Unique("deadholder")
+		admin := client(nil)
+		cut := &testenv.Cutter{}
+		deadM := newManager(t, client(cut), manager.WithOwner("dead"), manager.WithTTL(ttl))
+		liveM := newManager(t, client(nil), manager.WithOwner("live"))
+		h, err := deadM.TryAcquire(ctx, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		acquiredAt := time.Now()
+		cut.Cut() // no renewal, no release
+		got := make(chan acquired, 1)
+		go func() {
+			l, err := liveM.Acquire(ctx, res)
+			got <- acquired{l: l, err: err, when: time.Now()}
+		}()
+		a := <-got
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+		late := a.when.Sub(acquiredAt.Add(ttl))
+		t.Logf("the waiter took the dead holder's lock %v after its TTL (%v)", late, ttl)
+		if late > ttl/3 {
+			t.Fatalf("the waiter took the lock %v after the TTL ran out", late)
+		}
+		if ownerOf(ctx, admin, h.Key()) != "live" {
+			t.Fatal("the key is not the waiter's")
+		}
+		if err := a.l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
