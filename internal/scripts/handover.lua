@@ -1,13 +1,19 @@
 -- The fair queue's hand-over, shared by release.lua, release_batch.lua and
 -- acquire_queue.lua: scripts.go puts this file in place of the include
 -- line in each of them.
+-- #include suffixes.lua
 -- #include fence.lua
 --
 -- A waiter's entry on "<key>:waiters" is
 -- "<deadline ms>:<ttl ms>:<1 to take a fence, else 0>:<token>". The queue
 -- and the fence counter "<key>:fence" share the key's slot
--- (sharding.LockKey makes sure); the release scripts derive them rather
--- than declare them, and read them through pcall: while a slot migrates, a
+-- (sharding.LockKey makes sure); the release scripts derive them (with the
+-- suffixes of suffixes.lua, which scripts.go makes from sharding's
+-- constants) rather than declare them: Redis answers TRYAGAIN to a script
+-- whose declared keys are partly missing from a migrating slot, and a
+-- lock's helper keys usually do not exist, so declared helpers would stop
+-- every release of a held lock for as long as its slot migrates. They are
+-- read through pcall: while a slot migrates, a
 -- helper key that has left this node is refused as non-local, and the
 -- release then deletes the key without a hand-over (queued waiters find it
 -- free when they re-check). The queue is only written after an entry was
@@ -42,7 +48,7 @@ local function grant(k, e, lease)
   if not tok then return nil, 'junk' end
   local fence = 0
   if f == '1' then
-    fence = take_fence(k .. ':fence')
+    fence = take_fence(k .. FENCE_SUFFIX)
     if not fence then return nil end
   end
   if lease and lease < ttl then ttl = lease end
@@ -73,7 +79,7 @@ end
 -- entries are dropped. It returns true when it handed the key over.
 local now
 local function hand_over(k)
-  local q = k .. ':waiters'
+  local q = k .. QUEUE_SUFFIX
   for _ = 1, 64 do
     local e = redis.pcall('LPOP', q)
     if type(e) ~= 'string' then return false end
@@ -85,7 +91,7 @@ local function hand_over(k)
     if d and d >= now then
       local tok, fence = grant(k, e, claim_ms)
       if tok then
-        redis.pcall('SPUBLISH', k .. ':released', redis.sha1hex(tok) .. ' ' .. string.format('%d', fence))
+        redis.pcall('SPUBLISH', k .. CHANNEL_SUFFIX, redis.sha1hex(tok) .. ' ' .. string.format('%d', fence))
         return true
       end
       if fence ~= 'junk' then
@@ -102,5 +108,5 @@ end
 -- they wait for, and a marked key's release comes here). A queued waiter's
 -- announcement is never "free": it always carries a digest and a fence.
 local function announce_free(k)
-  redis.pcall('SPUBLISH', k .. ':released', 'free')
+  redis.pcall('SPUBLISH', k .. CHANNEL_SUFFIX, 'free')
 end

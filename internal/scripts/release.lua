@@ -24,19 +24,20 @@
 -- released leaves its outcome on "<key>:outcome" for 5 s, as
 -- "<token>=<answer>", and a run that finds the key not its token's answers
 -- from there. A token is released once, so only a re-send finds it.
+-- #include suffixes.lua (the helper keys' and channel's suffixes)
 local k = KEYS[1]
 local v = redis.pcall('GET', k)
 local nxt = ARGV[2] or ''
 if v == ARGV[1] and nxt == '' then
   redis.call('DEL', k)
-  redis.pcall('SET', k .. ':outcome', v .. '=1', 'PX', 5000)
+  redis.pcall('SET', k .. OUTCOME_SUFFIX, v .. '=1', 'PX', 5000)
   return 1
 end
 local function record(out)
-  redis.pcall('SET', k .. ':outcome', ARGV[1] .. '=' .. out, 'PX', 5000)
+  redis.pcall('SET', k .. OUTCOME_SUFFIX, ARGV[1] .. '=' .. out, 'PX', 5000)
 end
 if v ~= ARGV[1] and v ~= ARGV[1] .. '\30' then
-  local r = redis.pcall('GET', k .. ':outcome')
+  local r = redis.pcall('GET', k .. OUTCOME_SUFFIX)
   if type(r) == 'string' and string.sub(r, 1, #ARGV[1] + 1) == ARGV[1] .. '=' then
     local out = string.sub(r, #ARGV[1] + 2)
     if out == '1' or out == '2' then return tonumber(out) end
@@ -55,7 +56,7 @@ if nxt ~= '' and ARGV[3] == '1' then
   end
 end
 if hand_over(k) then
-  if nxt ~= '' then enqueue(k .. ':waiters', nxt) end
+  if nxt ~= '' then enqueue(k .. QUEUE_SUFFIX, nxt) end
   record('2')
   return 2
 end

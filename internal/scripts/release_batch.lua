@@ -30,7 +30,7 @@ for i = 1, #KEYS do
     out[i] = -1
   end
 end
-local outcome = KEYS[1] .. ':outcome'
+local outcome = KEYS[1] .. OUTCOME_SUFFIX
 local mine = ARGV[1] .. '='
 local any = false
 for i = 1, #KEYS do any = any or out[i] == 1 end

@@ -5,10 +5,13 @@ package scripts
 
 import (
 	_ "embed"
+	"fmt"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/shardlock/shardlock/sharding"
 )
 
 var (
@@ -64,8 +67,16 @@ func All() []*redis.Script {
 // includePrefix starts the line where a script takes a shared piece.
 const includePrefix = "-- #include "
 
+// suffixesSrc is the piece suffixes.lua: the suffixes of a lock's helper
+// keys and channel, sharding's constants, as the scripts derive those
+// names from the lock key. (Declared in KEYS instead, helper keys that do
+// not exist would make Redis answer TRYAGAIN to every script on a held
+// lock for as long as its slot migrates.)
+var suffixesSrc = fmt.Sprintf("local FENCE_SUFFIX, QUEUE_SUFFIX, OUTCOME_SUFFIX, CHANNEL_SUFFIX = %q, %q, %q, %q\n",
+	sharding.FenceSuffix, sharding.QueueSuffix, sharding.OutcomeSuffix, sharding.ChannelSuffix)
+
 // pieces are the shared pieces, by name.
-var pieces = map[string]*string{"handover.lua": &handoverSrc, "fence.lua": &fenceSrc}
+var pieces = map[string]*string{"handover.lua": &handoverSrc, "fence.lua": &fenceSrc, "suffixes.lua": &suffixesSrc}
 
 // include puts each shared piece in place of the line of src that includes
 // it (the rest of that line is a comment), and the pieces it includes in
