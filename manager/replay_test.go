@@ -3,6 +3,7 @@ package manager_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,6 +21,10 @@ import (
 // gets the second run's reply. Pipelines with such a script run twice as a
 // whole, as go-redis's pipelines re-send. replays counts the second runs.
 type twiceHook struct{ replays *atomic.Int64 }
+
+// localReplays counts the replayed releases that carried a local waiter's
+// entry (ARGV[2]), which may hand it the lock.
+var localReplays atomic.Int64
 
 func replayed(cmd redis.Cmder) bool {
 	args := cmd.Args()
@@ -41,6 +46,9 @@ func (h twiceHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		err := next(ctx, cmd)
 		if replayed(cmd) {
 			h.replays.Add(1)
+			if a := cmd.Args(); len(a) > 5 && a[1] == scripts.Release.Hash() && a[5] != "" {
+				localReplays.Add(1)
+			}
 			cmd.SetErr(nil)
 			err = next(ctx, cmd)
 		}
@@ -54,6 +62,9 @@ func (h twiceHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 		for _, c := range cmds {
 			if replayed(c) {
 				h.replays.Add(1)
+				if a := c.Args(); len(a) > 5 && a[1] == scripts.Release.Hash() && a[5] != "" {
+					localReplays.Add(1)
+				}
 				for _, c := range cmds {
 					c.SetErr(nil)
 				}
@@ -181,6 +192,54 @@ func TestRealReplayedHandOver(t *testing.T) {
 		}
 		if _, err := c.Get(ctx, l.Key()).Result(); !errors.Is(err, redis.Nil) {
 			t.Fatalf("the key is left: %v", err)
+		}
+	})
+}
+
+// Releases that hand the lock to their own process's next waiter, run
+// twice, answer the hand-over both times (the second run finds that
+// waiter's token in the key, with no outcome record written for it): every
+// release succeeds and every waiter gets the lock once, fences rising.
+func TestRealReplayedLocalHandOver(t *testing.T) {
+	replayingTargets(t, func(t *testing.T, c redis.UniversalClient, replays *atomic.Int64) {
+		ctx := ctxT(t)
+		res := testenv.Unique("replay-local")
+		m := newManager(t, c, slowRecheck, manager.WithOwner("local"), manager.WithFencing(true))
+		before := localReplays.Load()
+		var (
+			mu     sync.Mutex
+			fences []uint64
+			wg     sync.WaitGroup
+		)
+		for range 4 {
+			wg.Go(func() {
+				for range 5 {
+					l, err := m.Acquire(ctx, res)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mu.Lock()
+					fences = append(fences, l.Fence()) // in acquisition order: the lock is held
+					mu.Unlock()
+					time.Sleep(time.Millisecond) // hold it a moment, as a caller would
+					if err := l.Release(ctx); err != nil {
+						t.Errorf("replayed release: %v", err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if len(fences) != 20 {
+			t.Fatalf("%d acquisitions", len(fences))
+		}
+		for i := 1; i < len(fences); i++ {
+			if fences[i] <= fences[i-1] {
+				t.Fatalf("fence %d after %d", fences[i], fences[i-1])
+			}
+		}
+		if localReplays.Load() == before {
+			t.Fatal("no release carrying a local waiter was replayed")
 		}
 	})
 }

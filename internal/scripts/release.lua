@@ -21,9 +21,12 @@
 -- when it was handed to ARGV[2]'s waiter.
 --
 -- The same call run twice (a re-send) answers the same: a release that
--- released leaves its outcome on "<key>:outcome" for 5 s, as
--- "<token>=<answer>", and a run that finds the key not its token's answers
--- from there. A token is released once, so only a re-send finds it.
+-- deleted the key or handed it to a queued waiter leaves its outcome on
+-- "<key>:outcome" for 5 s, as "<token>=<answer>", and a run that finds the
+-- key not its token's answers from there. A token is released once, so
+-- only a re-send finds it. A release that handed the key to ARGV[2]'s
+-- waiter needs no record: that waiter holds the key until it hears this
+-- call's answer, so a re-send finds its token there and answers {3, fence}.
 -- #include suffixes.lua (the helper keys' and channel's suffixes)
 local k = KEYS[1]
 local v = redis.pcall('GET', k)
@@ -37,6 +40,16 @@ local function record(out)
   redis.pcall('SET', k .. OUTCOME_SUFFIX, ARGV[1] .. '=' .. out, 'PX', 5000)
 end
 if v ~= ARGV[1] and v ~= ARGV[1] .. '\30' then
+  if nxt ~= '' and type(v) == 'string' then
+    -- Handed to ARGV[2]'s waiter by an earlier run: that waiter learns of
+    -- it only from this call's answer, so the key still holds its token.
+    local f, tok = string.match(nxt, '^%d+:%d+:([01]):(.+)$')
+    if tok and v == tok .. '\30' then
+      local fence = 0
+      if f == '1' then fence = tonumber(redis.pcall('GET', k .. FENCE_SUFFIX)) or 0 end
+      return {3, fence}
+    end
+  end
   local r = redis.pcall('GET', k .. OUTCOME_SUFFIX)
   if type(r) == 'string' and string.sub(r, 1, #ARGV[1] + 1) == ARGV[1] .. '=' then
     local out = string.sub(r, #ARGV[1] + 2)
@@ -50,10 +63,7 @@ end
 -- #include handover.lua (after the fast path: its functions cost nothing there)
 if nxt ~= '' and ARGV[3] == '1' then
   local tok, fence = grant(k, nxt)
-  if tok then
-    record('3:' .. string.format('%d', fence))
-    return {3, fence}
-  end
+  if tok then return {3, fence} end -- no record needed: see above
 end
 if hand_over(k) then
   if nxt ~= '' then enqueue(k .. QUEUE_SUFFIX, nxt) end
@@ -62,10 +72,7 @@ if hand_over(k) then
 end
 if nxt ~= '' then
   local tok, fence = grant(k, nxt)
-  if tok then
-    record('3:' .. string.format('%d', fence))
-    return {3, fence}
-  end
+  if tok then return {3, fence} end
 end
 redis.call('DEL', k)
 announce_free(k)
