@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -15,9 +16,12 @@ import (
 // sent by the release scripts) to the waiters of this Manager: to the local
 // queues (localQueues.announced), or, when a marked key was freed, to the
 // batch waiters watching it (wakeFree). It keeps one sharded pub/sub
-// connection per node it needs, shared by every waiter. Delivery is at
-// most once and a slot that moves drops its subscribers, so waiters also
-// re-check on a timer.
+// connection per node it needs, shared by every waiter. A channel stays
+// subscribed for subscribeLinger after its last waiter leaves (at most
+// maxIdleSubs channels at a time), so that a process that waits for the
+// same lock again and again subscribes once, not once per wait. Delivery
+// is at most once and a slot that moves drops its subscribers, so waiters
+// also re-check on a timer.
 type notifier struct {
 	m *Manager
 
@@ -30,8 +34,19 @@ type notifier struct {
 	nodes  map[string]*nodeSub
 	chans  map[string]*chanWaiters
 	closed bool
-	wg     sync.WaitGroup
+	idle     int  // subscribed channels nobody watches (idleAt set)
+	sweeping bool // the sweep goroutine runs
+	wg       sync.WaitGroup
+
+	subscribes, unsubscribes atomic.Int64 // SSUBSCRIBE and SUNSUBSCRIBE sent, for tests
 }
+
+// subscribeLinger is how long a channel stays subscribed after its last
+// waiter leaves; maxIdleSubs bounds how many channels linger at a time.
+const (
+	subscribeLinger = 10 * time.Second
+	maxIdleSubs     = 1024
+)
 
 type nodeSub struct {
 	addr string
@@ -43,6 +58,7 @@ type chanWaiters struct {
 	pending  chan struct{} // closed when the subscription attempt in flight ends; nil if none
 	watchers int
 	wakers   map[chan struct{}]struct{} // batch waiters, woken when the key is announced free
+	idleAt   time.Time                  // when the last watcher left, while subscribed; zero while watched
 }
 
 // freePayload is what the release scripts publish when a key that waiters
@@ -85,6 +101,10 @@ func (n *notifier) watch(ctx context.Context, key string, until time.Time) (unwa
 	if cw == nil {
 		cw = &chanWaiters{}
 		n.chans[ch] = cw
+	}
+	if !cw.idleAt.IsZero() {
+		cw.idleAt = time.Time{}
+		n.idle--
 	}
 	cw.watchers++
 	pending := n.subscribeLocked(key, ch, cw)
@@ -131,6 +151,7 @@ func (n *notifier) subscribe(key, ch string, cw *chanWaiters, p chan struct{}) {
 	node, err := n.nodeClient(ctx, key)
 	if err == nil && node != nil {
 		if ns = n.nodeSub(node); ns != nil {
+			n.subscribes.Add(1)
 			err = ns.ps.SSubscribe(ctx, ch)
 		}
 	}
@@ -150,6 +171,7 @@ func (n *notifier) subscribe(key, ch string, cw *chanWaiters, p chan struct{}) {
 	case err != nil:
 		n.m.log.Debug("subscribe failed; waiting by polling", zap.String("event", "subscribe_failed"), zap.Error(err))
 	case ns != nil && !watched:
+		n.unsubscribes.Add(1)
 		_ = ns.ps.SUnsubscribe(ctx, ch) // nobody watches it any more
 	}
 }
@@ -224,15 +246,76 @@ func (n *notifier) unwatch(ch string) {
 		n.mu.Unlock()
 		return
 	}
+	if cw.node != nil && !n.closed && n.idle < maxIdleSubs {
+		// Linger: the next waiter need not subscribe again.
+		cw.idleAt = time.Now()
+		n.idle++
+		if !n.sweeping {
+			n.sweeping = true
+			n.wg.Go(n.sweep)
+		}
+		n.mu.Unlock()
+		return
+	}
 	delete(n.chans, ch)
 	node, closed := cw.node, n.closed
 	n.mu.Unlock()
 	if node != nil && !closed {
-		n.wg.Go(func() {
-			ctx, cancel := context.WithTimeout(n.ctx, subscribeWait)
-			defer cancel()
-			_ = node.ps.SUnsubscribe(ctx, ch)
-		})
+		n.wg.Go(func() { n.unsubscribe(node, ch) })
+	}
+}
+
+// unsubscribe leaves channel ch on node's connection.
+func (n *notifier) unsubscribe(node *nodeSub, ch string) {
+	ctx, cancel := context.WithTimeout(n.ctx, subscribeWait)
+	defer cancel()
+	n.unsubscribes.Add(1)
+	_ = node.ps.SUnsubscribe(ctx, ch)
+}
+
+// sweep unsubscribes the channels that have lingered for subscribeLinger,
+// until none lingers or the notifier closes.
+func (n *notifier) sweep() {
+	t := time.NewTimer(subscribeLinger)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+		type sub struct {
+			node *nodeSub
+			ch   string
+		}
+		var expired []sub
+		next := subscribeLinger
+		now := time.Now()
+		n.mu.Lock()
+		for ch, cw := range n.chans {
+			if cw.idleAt.IsZero() {
+				continue
+			}
+			if left := subscribeLinger - now.Sub(cw.idleAt); left > 0 {
+				next = min(next, left)
+				continue
+			}
+			delete(n.chans, ch)
+			n.idle--
+			expired = append(expired, sub{cw.node, ch})
+		}
+		done := n.idle == 0 || n.closed
+		if done {
+			n.sweeping = false
+		}
+		n.mu.Unlock()
+		for _, e := range expired {
+			n.unsubscribe(e.node, e.ch)
+		}
+		if done {
+			return
+		}
+		t.Reset(max(next, subscribeLinger/16))
 	}
 }
 
@@ -262,6 +345,10 @@ func (n *notifier) deliver(ns *nodeSub, msgs <-chan any) {
 		n.mu.Lock()
 		if cw := n.chans[ch]; cw != nil && dropped && cw.node == ns {
 			cw.node = nil // the next refresh subscribes again, on the slot's new node
+			if !cw.idleAt.IsZero() {
+				delete(n.chans, ch) // nobody watches it: nothing to subscribe again
+				n.idle--
+			}
 		}
 		n.mu.Unlock()
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/shardlock/shardlock/internal/testenv"
+	"github.com/shardlock/shardlock/sharding"
 )
 
 // Waiters on many resources share one subscription connection per node.
@@ -53,5 +54,65 @@ func TestOneSubscriptionPerNode(t *testing.T) {
 	}
 	if err := m.Close(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A channel stays subscribed for a while after its last waiter leaves: a
+// process that waits for the same lock again and again subscribes once.
+func TestSubscriptionLingers(t *testing.T) {
+	for _, target := range testenv.Targets() {
+		if target.Name == "sentinel" {
+			continue
+		}
+		t.Run(target.Name, func(t *testing.T) {
+			c := target.Client(t)
+			m, err := New(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close(context.Background())
+			other, err := New(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer other.Close(context.Background())
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			res := testenv.Unique("linger")
+			key, _ := m.lockKey(res)
+			for range 3 {
+				h, err := other.TryAcquire(ctx, res)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := make(chan error, 1)
+				go func() {
+					l, err := m.Acquire(ctx, res)
+					if err == nil {
+						err = l.Release(ctx)
+					}
+					got <- err
+				}()
+				deadline := time.Now().Add(5 * time.Second)
+				for c.LLen(ctx, sharding.QueueKey(key)).Val() == 0 && time.Now().Before(deadline) {
+					time.Sleep(5 * time.Millisecond)
+				}
+				if err := h.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if err := <-got; err != nil {
+					t.Fatal(err)
+				}
+			}
+			if s, u := m.notify.subscribes.Load(), m.notify.unsubscribes.Load(); s != 1 || u != 0 {
+				t.Fatalf("3 waits: %d SSUBSCRIBE, %d SUNSUBSCRIBE; want 1 and 0", s, u)
+			}
+			m.notify.mu.Lock()
+			idle := m.notify.idle
+			m.notify.mu.Unlock()
+			if idle != 1 {
+				t.Fatalf("%d channels linger, want 1", idle)
+			}
+		})
 	}
 }
