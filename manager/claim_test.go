@@ -2,6 +2,8 @@ package manager_test
 
 import (
 	"context"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -175,4 +177,77 @@ func TestRealDeadHolderFreeAtTTL(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// countSetNX counts the SET ... NX commands a client sends, alone or in
+// pipelines.
+type countSetNX struct{ n *atomic.Int64 }
+
+func (h countSetNX) count(cmd redis.Cmder) {
+	if cmd.Name() == "set" && slices.ContainsFunc(cmd.Args(), func(a any) bool { return a == "nx" }) {
+		h.n.Add(1)
+	}
+}
+func (h countSetNX) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h countSetNX) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.count(cmd); return next(ctx, cmd) }
+}
+func (h countSetNX) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			h.count(c)
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A process whose release handed the lock to a waiter queued in Redis
+// knows the lock is contended: its next waiting Acquire goes straight to
+// the queue script, with no SET NX first.
+func TestRealContendedKeyQueuesAtOnce(t *testing.T) {
+	ctx := ctxT(t)
+	var setNX atomic.Int64
+	c := redis.NewClient(&redis.Options{Addr: testenv.StandaloneAddr(t), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	c.AddHook(countSetNX{&setNX})
+	mine := newManager(t, c, manager.WithOwner("mine"))
+	other := newManager(t, testenv.Standalone(t), manager.WithOwner("other"))
+	res := testenv.Unique("hint")
+	l, err := mine.TryAcquire(ctx, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan acquired, 1)
+	go func() {
+		l, err := other.Acquire(ctx, res)
+		got <- acquired{l: l, err: err}
+	}()
+	eventually(t, 5*time.Second, "other queued", func() bool { return queueLen(t, c, l.Key()) == 1 })
+	if err := l.Release(ctx); err != nil { // hands it to other
+		t.Fatal(err)
+	}
+	theirs := <-got
+	if theirs.err != nil {
+		t.Fatal(theirs.err)
+	}
+	before := setNX.Load()
+	again := make(chan acquired, 1)
+	go func() {
+		l, err := mine.Acquire(ctx, res)
+		again <- acquired{l: l, err: err}
+	}()
+	eventually(t, 5*time.Second, "mine queued", func() bool { return queueLen(t, c, l.Key()) == 1 })
+	if err := theirs.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := <-again
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	if n := setNX.Load() - before; n != 0 {
+		t.Fatalf("the Acquire of a contended key sent %d SET NX before queueing", n)
+	}
+	if err := a.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

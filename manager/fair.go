@@ -131,6 +131,46 @@ type localQueues struct {
 	queues map[string]*localQueue
 	max    int          // waiters per resource at most; 0: no limit
 	active atomic.Int64 // len(queues), read without the lock by busy
+
+	// Keys this process saw contended lately (its release handed one to a
+	// queued waiter): a waiting Acquire of one goes straight to the queue
+	// script, which takes a free key too, instead of trying SET NX first.
+	hmu    sync.Mutex
+	hints  map[string]time.Time // when it was seen contended
+	nhints atomic.Int64         // len(hints), read without the lock
+}
+
+// Contention hints last hintFor and are kept for at most maxHints keys.
+const (
+	hintFor  = time.Second
+	maxHints = 4096
+)
+
+// sawContended notes that key has waiters queued in Redis.
+func (lq *localQueues) sawContended(key string) {
+	lq.hmu.Lock()
+	defer lq.hmu.Unlock()
+	if lq.hints == nil || len(lq.hints) >= maxHints {
+		lq.hints = map[string]time.Time{} // forget them all rather than grow
+	}
+	lq.hints[key] = time.Now()
+	lq.nhints.Store(int64(len(lq.hints)))
+}
+
+// contended reports whether key was seen contended within hintFor.
+func (lq *localQueues) contended(key string) bool {
+	if lq.nhints.Load() == 0 {
+		return false // the common case: no clock read, no lock
+	}
+	lq.hmu.Lock()
+	defer lq.hmu.Unlock()
+	at, ok := lq.hints[key]
+	if ok && time.Since(at) > hintFor {
+		delete(lq.hints, key)
+		lq.nhints.Store(int64(len(lq.hints)))
+		ok = false
+	}
+	return ok
 }
 
 type localQueue struct {

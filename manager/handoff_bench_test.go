@@ -51,8 +51,9 @@ func commandCalls(b *testing.B, c *redis.ClusterClient) int64 {
 }
 
 // BenchmarkContendedHandoff: 16 goroutines over 1, 4 and 16 managers (each
-// with its own cluster client: a fleet of processes) take one resource in
-// turn, hold it 1 ms and ask again at once. Beside the default (release
+// with its own cluster client, ContextTimeoutEnabled: a fleet of processes)
+// take one resource in turn, hold it 1 ms and ask again at once, every call
+// with its own deadline. Beside the default (release
 // notifications, local queues) runs the polling-only mode with 10 ms
 // jittered retries.
 func BenchmarkContendedHandoff(b *testing.B) {
@@ -77,13 +78,12 @@ func benchHandoff(b *testing.B, addrs []string, admin *redis.ClusterClient, name
 	b.Run(name, func(b *testing.B) {
 		var ms []*manager.Manager
 		for i := range managers {
-			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
 			b.Cleanup(func() { _ = c.Close() })
 			opts := append([]manager.Option{manager.WithOwner(fmt.Sprintf("handoff-%d", i)), manager.WithTTL(5 * time.Second)}, modeOpts...)
 			ms = append(ms, newManager(b, c, opts...))
 		}
 		res := testenv.Unique("handoff")
-		ctx := context.Background()
 		var (
 			next   atomic.Int64
 			mu     sync.Mutex
@@ -98,14 +98,19 @@ func benchHandoff(b *testing.B, addrs []string, admin *redis.ClusterClient, name
 			wg.Go(func() {
 				for next.Add(1) <= int64(b.N) {
 					t0 := time.Now()
+					// Every call with its own deadline, as a service sets.
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 					l, err := m.Acquire(ctx, res)
+					cancel()
 					w := time.Since(t0)
 					if err != nil {
 						b.Error(err)
 						return
 					}
 					time.Sleep(time.Millisecond)
+					ctx, cancel = context.WithTimeout(context.Background(), time.Second)
 					_ = l.Release(ctx)
+					cancel()
 					mu.Lock()
 					waits = append(waits, w)
 					counts[g]++

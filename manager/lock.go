@@ -454,6 +454,9 @@ func (l *Lock) Release(ctx context.Context) error {
 			ambiguous = ambiguous || isAmbiguous(err)
 			return err
 		}
+		if code == 2 {
+			m.queues.sawContended(l.key) // handed to a waiter queued in Redis
+		}
 		m.afterRelease(l, h, code, fence, sentAt, ambiguous)
 		h = handover{} // settled
 		result = releaseResult(code, nil, ambiguous, sentAt, validUntil)

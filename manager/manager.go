@@ -361,7 +361,10 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 	}
 	// A waiting acquire does not barge in ahead of this process's queued
 	// waiters for the resource: it queues behind them.
-	queueFirst := wait && tg.batch == nil && m.queues.busy(tg.key)
+	// So does one of a key this process saw contended lately: the queue
+	// script takes the key if it is free, so a SET NX first would only
+	// cost a command.
+	queueFirst := wait && tg.batch == nil && (m.queues.busy(tg.key) || (fair && m.queues.contended(tg.key)))
 	for attempt := 1; ; attempt++ {
 		sendAt := start // one clock read fewer on the first attempt, the hot path
 		if attempt > 1 {
