@@ -16,6 +16,14 @@ import (
 	"github.com/shardlock/shardlock/metrics"
 )
 
+// The dashboards are built with the foundation SDK's dashboard (v1)
+// builder, which the SDK marks deprecated in favour of dashboardv2. The v1
+// JSON model is the one Grafana imports everywhere (the UI, the HTTP API,
+// file provisioning, grafana.com); v2 needs Grafana's newer dashboard
+// schema API. The generated files stay v1.
+//
+//lint:file-ignore SA1019 the v1 dashboard model is the one current Grafana releases import
+
 // Dashboard is one generated dashboard: its file name and its builder.
 type Dashboard struct {
 	File  string

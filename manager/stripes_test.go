@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shardlock/shardlock/internal/slotmap"
 	"github.com/shardlock/shardlock/internal/testenv"
 	"github.com/shardlock/shardlock/manager"
 	"github.com/shardlock/shardlock/sharding"
@@ -81,17 +82,13 @@ func TestAcquireAnyPool(t *testing.T) {
 // 8 stripes of a resource spread over all 3 masters for most resources.
 func TestRealStripesSpreadOverMasters(t *testing.T) {
 	c := testenv.Cluster(t)
-	slots, err := c.ClusterSlots(ctxT(t)).Result()
+	slots, err := slotmap.Read(ctxT(t), c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	masterOf := func(slot int) string {
-		for _, s := range slots {
-			if slot >= s.Start && slot <= s.End {
-				return s.Nodes[0].Addr
-			}
-		}
-		return ""
+		r, _ := slots.Of(slot)
+		return r.Master
 	}
 	all := 0
 	const resources = 200

@@ -3,13 +3,15 @@
 # starts a standalone server and a 3-master, 3-replica cluster on 127.0.0.1
 # (installing redis-server, and Prometheus, promtool and Alertmanager from
 # Debian's packages, if they are missing), runs
-# go vet and go test -race on every package, and stops the servers however
+# go vet, staticcheck (installed with go install at a pinned version) and
+# go test -race on every package, and stops the servers however
 # the tests end. A test that needs a server fails here rather than skips.
 #
 #   scripts/test.sh                 # everything
 #   scripts/test.sh -run Stress     # extra arguments go to go test
 set -euo pipefail
 cd "$(dirname "$0")/.."
+STATICCHECK_VERSION=v0.8.2
 
 if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null; then
   echo "promtool or alertmanager not found; installing Debian's prometheus and prometheus-alertmanager" >&2
@@ -25,6 +27,13 @@ export SHARDLOCK_REQUIRE_REDIS=1 SHARDLOCK_REQUIRE_TOOLS=1
 
 echo "== go vet ./..."
 go vet ./...
+echo "== staticcheck ./... (honnef.co/go/tools $STATICCHECK_VERSION)"
+staticcheck="$(go env GOPATH)/bin/staticcheck"
+if ! "$staticcheck" -version 2>/dev/null | grep -q "$STATICCHECK_VERSION"; then
+  go install "honnef.co/go/tools/cmd/staticcheck@$STATICCHECK_VERSION"
+fi
+"$staticcheck" ./...
+(cd bench/rueidis && "$staticcheck" ./...)
 echo "== go test -race ./..."
 go test -race -count=1 -timeout 15m "$@" ./...
 if [ $# -eq 0 ]; then

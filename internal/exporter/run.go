@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/shardlock/shardlock/internal/slotmap"
 	"github.com/shardlock/shardlock/manager"
 	"github.com/shardlock/shardlock/metrics"
 	"github.com/shardlock/shardlock/sharding"
@@ -57,11 +58,11 @@ func (e *Exporter) Probe(ctx context.Context) {
 	if e.probe == nil {
 		return
 	}
-	var slots []redis.ClusterSlot
+	var slots slotmap.Map
 	if cc, ok := e.client.(*redis.ClusterClient); ok {
-		s, err := cc.ClusterSlots(ctx).Result()
+		s, err := slotmap.Read(ctx, cc)
 		if err != nil {
-			e.cfg.Logger.Warn("probe: CLUSTER SLOTS failed", zap.Error(err))
+			e.cfg.Logger.Warn("probe: CLUSTER SHARDS failed", zap.Error(err))
 		}
 		slots = s
 	}
@@ -91,17 +92,14 @@ func (e *Exporter) Probe(ctx context.Context) {
 
 // probeResource returns a resource whose slot addr serves (any resource on
 // a standalone server).
-func probeResource(addr string, slots []redis.ClusterSlot) string {
+func probeResource(addr string, slots slotmap.Map) string {
 	for i := range 100000 {
 		r := fmt.Sprintf("probe-%d", i)
 		if len(slots) == 0 {
 			return r
 		}
-		s := sharding.Slot(r)
-		for _, cs := range slots {
-			if s >= cs.Start && s <= cs.End && len(cs.Nodes) > 0 && cs.Nodes[0].Addr == addr {
-				return r
-			}
+		if cs, ok := slots.Of(sharding.Slot(r)); ok && cs.Master == addr {
+			return r
 		}
 	}
 	return "probe-0"

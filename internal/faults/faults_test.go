@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 
+	"github.com/shardlock/shardlock/internal/slotmap"
 	"github.com/shardlock/shardlock/internal/testenv"
 	"github.com/shardlock/shardlock/manager"
 	"github.com/shardlock/shardlock/sharding"
@@ -272,17 +273,15 @@ func killNode(t *testing.T, addrs []string, pid, port string) (restart func()) {
 // masterOf returns the address of the master serving slot, and of one of its replicas.
 func masterOf(t *testing.T, ctx context.Context, c *redis.ClusterClient, slot int) (master, replica string) {
 	t.Helper()
-	slots, err := c.ClusterSlots(ctx).Result()
+	slots, err := slotmap.Read(ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range slots {
-		if slot >= s.Start && slot <= s.End {
-			if len(s.Nodes) < 2 {
-				t.Fatalf("slot %d has no replica", slot)
-			}
-			return s.Nodes[0].Addr, s.Nodes[1].Addr
+	if r, ok := slots.Of(slot); ok {
+		if len(r.Replicas) < 1 {
+			t.Fatalf("slot %d has no replica", slot)
 		}
+		return r.Master, r.Replicas[0]
 	}
 	t.Fatalf("slot %d unserved", slot)
 	return "", ""
@@ -307,12 +306,12 @@ func node(addr string) *redis.Client { return redis.NewClient(&redis.Options{Add
 // otherMaster returns the address of a master other than not.
 func otherMaster(t *testing.T, ctx context.Context, c *redis.ClusterClient, not string) string {
 	t.Helper()
-	slots, err := c.ClusterSlots(ctx).Result()
+	slots, err := slotmap.Read(ctx, c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, s := range slots {
-		if a := s.Nodes[0].Addr; a != not {
+	for _, a := range slots.Masters() {
+		if a != not {
 			return a
 		}
 	}
@@ -346,12 +345,12 @@ func waitClusterOK(t *testing.T, addrs []string, limit time.Duration) {
 			if err != nil || !strings.Contains(info, "cluster_state:ok") {
 				ok = false
 			}
-			slots, err := n.ClusterSlots(context.Background()).Result()
+			slots, err := slotmap.Read(context.Background(), n)
 			if err != nil {
 				ok = false
 			}
-			for _, s := range slots {
-				if len(s.Nodes) < 2 {
+			for _, r := range slots {
+				if r.Master == "" || len(r.Replicas) < 1 {
 					ok = false
 				}
 			}
@@ -639,7 +638,7 @@ func TestFaults(t *testing.T) {
 		killed := time.Now()
 		defer killNode(t, addrs, pid, port)()
 		// When does the cluster itself serve the slot again? A survivor's
-		// CLUSTER SLOTS says, polled every 50 ms.
+		// CLUSTER SHARDS says, polled every 50 ms.
 		promoted := make(chan time.Duration, 1)
 		go func() {
 			var survivor string
@@ -652,12 +651,10 @@ func TestFaults(t *testing.T) {
 			n := node(survivor)
 			defer n.Close()
 			for time.Since(killed) < 30*time.Second {
-				if slots, err := n.ClusterSlots(ctx).Result(); err == nil {
-					for _, s := range slots {
-						if sl := sharding.Slot(key); sl >= s.Start && sl <= s.End && len(s.Nodes) > 0 && s.Nodes[0].Addr != master {
-							promoted <- time.Since(killed)
-							return
-						}
+				if slots, err := slotmap.Read(ctx, n); err == nil {
+					if r, ok := slots.Of(sharding.Slot(key)); ok && r.Master != "" && r.Master != master {
+						promoted <- time.Since(killed)
+						return
 					}
 				}
 				time.Sleep(50 * time.Millisecond)
