@@ -86,4 +86,7 @@
 // Sentinels ([ErrNotAcquired], [ErrNotHeld], [ErrExpired], [ErrLockLost],
 // [ErrMaxHoldExceeded], [ErrClosed], ...) are matched with errors.Is; bad
 // input is an [*InvalidArgumentError], reported before any round trip.
+// "No longer held" is one family: errors.Is(err, ErrLockLost) matches
+// ErrNotHeld, ErrExpired and the error of any lock known lost, and each
+// still matches its own reason.
 package manager

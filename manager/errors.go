@@ -12,14 +12,20 @@ var (
 	// the wait) ended without acquiring it. When a wait ends because its
 	// context did, the error also matches the context's error.
 	ErrNotAcquired = errors.New("shardlock: lock not acquired")
-	// ErrNotHeld: the key is held by another owner now.
-	ErrNotHeld = errors.New("shardlock: lock held by another owner")
-	// ErrExpired: the key is gone (it expired, or was deleted behind the holder's back).
-	ErrExpired = errors.New("shardlock: lock expired")
-	// ErrLockLost: the holder no longer holds the lock: the key is gone or
-	// owned by someone else, or its validity ran out with no successful
-	// renewal. Lock.Err returns it joined with the reason.
+	// ErrLockLost: the holder no longer holds the lock. It is the family
+	// of every "no longer held" error: ErrNotHeld and ErrExpired match it,
+	// and so does the error of a lock known lost (Lock.Err, and what
+	// Release, Extend and TTL return for it), which also matches its
+	// reason: ErrNotHeld, ErrExpired (the key is gone, or its validity ran
+	// out with no successful renewal) or ErrMaxHoldExceeded.
 	ErrLockLost = errors.New("shardlock: lock lost")
+	// ErrNotHeld: the key is held by another owner now. It matches
+	// ErrLockLost.
+	ErrNotHeld error = &noLongerHeld{"shardlock: lock held by another owner"}
+	// ErrExpired: the key is gone (it expired, or was deleted behind the
+	// holder's back), or, as far as this process knows, its TTL ran out. It
+	// matches ErrLockLost.
+	ErrExpired error = &noLongerHeld{"shardlock: lock expired"}
 	// ErrMaxHoldExceeded: the lock reached its max hold; the watchdog stopped
 	// renewing it and cancelled its Context.
 	ErrMaxHoldExceeded = errors.New("shardlock: max hold exceeded")
@@ -89,6 +95,30 @@ func (e *ServerVersionError) Error() string {
 
 // Unwrap returns ErrUnsupportedServer.
 func (e *ServerVersionError) Unwrap() error { return ErrUnsupportedServer }
+
+// noLongerHeld is a reason the holder no longer holds a lock: it matches
+// ErrLockLost.
+type noLongerHeld struct{ msg string }
+
+func (e *noLongerHeld) Error() string { return e.msg }
+
+// Is reports whether target is ErrLockLost.
+func (e *noLongerHeld) Is(target error) bool { return target == ErrLockLost }
+
+// validityError is the reason of a lock whose validity ran out with no
+// successful renewal (fails of them failed in a row): it matches
+// ErrExpired.
+type validityError struct{ fails int }
+
+func (e *validityError) Error() string {
+	if e.fails > 0 {
+		return fmt.Sprintf("validity ran out with no successful renewal (%d failed in a row)", e.fails)
+	}
+	return "validity ran out with no successful renewal"
+}
+
+// Unwrap returns ErrExpired.
+func (e *validityError) Unwrap() error { return ErrExpired }
 
 // lostError is the error of a lost lock: it matches ErrLockLost and its cause.
 type lostError struct{ cause error }

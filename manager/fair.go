@@ -67,7 +67,7 @@ type fairWaiter struct {
 	// end of a lease handed to another process's waiter, or of the TTL a
 	// re-check read; zero when unknown.
 	expires time.Time
-	took     bool      // acquired: by a hand-over, or by finding its own token (a re-check)
+	took    bool // acquired: by a hand-over, or by finding its own token (a re-check)
 	// handing: a release of this process's holder is queueing w or handing
 	// it the lock (nextForRelease); w makes no attempt of its own until
 	// afterRelease settles it, or w's entry would be queued twice.

@@ -237,8 +237,9 @@ func (l *Lock) endLocked(cause error, finish bool) {
 }
 
 // Err returns why Done closed: nil while the lock is held and after a clean
-// release; an error matching ErrLockLost (joined with ErrNotHeld,
-// ErrExpired or ErrMaxHoldExceeded) when it was lost; the release's error
+// release; an error matching ErrLockLost and its reason (ErrNotHeld,
+// ErrExpired, which includes a validity that ran out with no successful
+// renewal, or ErrMaxHoldExceeded) when it was lost; the release's error
 // when a release failed.
 func (l *Lock) Err() error {
 	if l.zero() {
@@ -328,7 +329,10 @@ func outcomeReason(err error) string {
 
 // lostReason is the metrics reason of a loss.
 func lostReason(cause error) string {
+	var ve *validityError
 	switch {
+	case errors.As(cause, &ve):
+		return metrics.ReasonValidity // before ErrExpired, which it matches
 	case errors.Is(cause, ErrMaxHoldExceeded):
 		return metrics.ReasonMaxHold
 	case errors.Is(cause, ErrNotHeld):
@@ -657,8 +661,9 @@ func (l *Lock) renewSlackLocked() time.Duration {
 
 // TTL returns the lock's remaining TTL on the server. It returns ErrExpired
 // or ErrNotHeld (and the lock is lost) when the key is gone or owned by
-// someone else, and ctx's error, with nothing sent, when ctx has already
-// ended.
+// someone else; without a round trip, the lock's error (matching
+// ErrLockLost) when it is already known lost and ErrReleased after a
+// release; and ctx's error, with nothing sent, when ctx has already ended.
 func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if l.zero() {
 		return 0, ErrNilLock

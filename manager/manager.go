@@ -891,7 +891,7 @@ func (m *Manager) Do(ctx context.Context, resource string, fn func(ctx context.C
 	ferr := fn(fctx)
 	panicked = false
 	rerr := release()
-	if errors.Is(rerr, ErrLockLost) || errors.Is(rerr, ErrNotHeld) || errors.Is(rerr, ErrExpired) {
+	if errors.Is(rerr, ErrLockLost) {
 		return errors.Join(ferr, ErrLockLost)
 	}
 	if rerr != nil {

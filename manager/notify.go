@@ -30,10 +30,10 @@ type notifier struct {
 	cancel context.CancelFunc
 
 	// mu guards the maps; no I/O is done while holding it.
-	mu     sync.Mutex
-	nodes  map[string]*nodeSub
-	chans  map[string]*chanWaiters
-	closed bool
+	mu       sync.Mutex
+	nodes    map[string]*nodeSub
+	chans    map[string]*chanWaiters
+	closed   bool
 	idle     int  // subscribed channels nobody watches (idleAt set)
 	sweeping bool // the sweep goroutine runs
 	wg       sync.WaitGroup

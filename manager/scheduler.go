@@ -321,12 +321,9 @@ func (s *scheduler) process(nowTime time.Time, due []*Lock, orphans []orphan) {
 		if !now.Before(l.validUntil) {
 			fails := l.renewFails
 			l.mu.Unlock()
-			cause := errors.New("validity ran out with no successful renewal")
-			switch {
-			case l.maxFired:
+			var cause error = &validityError{fails: fails}
+			if l.maxFired {
 				cause = ErrMaxHoldExceeded
-			case fails > 0:
-				cause = fmt.Errorf("validity ran out with no successful renewal (%d failed in a row)", fails)
 			}
 			l.markLost(cause)
 			continue

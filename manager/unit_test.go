@@ -3,6 +3,7 @@ package manager_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -676,7 +677,10 @@ func TestWatchdogRetriesTransientRenewalFailures(t *testing.T) {
 		}
 		hook.n.Store(1 << 30)
 		waitDone(t, l, 5*time.Second)
-		if !errors.Is(l.Err(), manager.ErrLockLost) || errors.Is(l.Err(), manager.ErrExpired) || errors.Is(l.Err(), manager.ErrNotHeld) {
+		// A validity that ran out is an expiry, as far as this process
+		// knows, and says so.
+		if !errors.Is(l.Err(), manager.ErrLockLost) || !errors.Is(l.Err(), manager.ErrExpired) || errors.Is(l.Err(), manager.ErrNotHeld) ||
+			!strings.Contains(l.Err().Error(), "validity ran out") {
 			t.Fatalf("Err = %v, want a loss by validity", l.Err())
 		}
 		if since := time.Since(l.AcquiredAt()); since < 150*time.Millisecond {
@@ -800,5 +804,37 @@ func TestLateReplyIsNotAcquired(t *testing.T) {
 	}
 	if got, _ := mr.Get(l.Key()); got != l.Token() {
 		t.Fatalf("stored %q, lock token %q", got, l.Token())
+	}
+}
+
+// Every "no longer held" error is one family: errors.Is(err, ErrLockLost)
+// matches each, and each keeps its own reason.
+func TestLostErrorFamily(t *testing.T) {
+	for _, err := range []error{manager.ErrNotHeld, manager.ErrExpired, fmt.Errorf("release: %w", manager.ErrNotHeld)} {
+		if !errors.Is(err, manager.ErrLockLost) {
+			t.Errorf("%v does not match ErrLockLost", err)
+		}
+	}
+	if errors.Is(manager.ErrNotHeld, manager.ErrExpired) || errors.Is(manager.ErrExpired, manager.ErrNotHeld) {
+		t.Error("ErrNotHeld and ErrExpired match each other")
+	}
+	for _, err := range []error{manager.ErrNotAcquired, manager.ErrReleased, manager.ErrClosed, manager.ErrMaxHoldExceeded} {
+		if errors.Is(err, manager.ErrLockLost) {
+			t.Errorf("%v matches ErrLockLost", err)
+		}
+	}
+	// A release that finds the key someone else's says so, in the family.
+	_, c := miniClient(t)
+	m := newManager(t, c)
+	ctx := ctxT(t)
+	l, err := m.TryAcquire(ctx, "family")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set(ctx, l.Key(), "someone-else", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); !errors.Is(err, manager.ErrNotHeld) || !errors.Is(err, manager.ErrLockLost) {
+		t.Fatalf("Release = %v", err)
 	}
 }

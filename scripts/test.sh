@@ -25,6 +25,13 @@ trap 'scripts/redis-test-env.sh down' EXIT
 source "${SHARDLOCK_TEST_DIR:-.redis-test}/env"
 export SHARDLOCK_REQUIRE_REDIS=1 SHARDLOCK_REQUIRE_TOOLS=1
 
+echo "== gofmt -l ."
+unformatted="$(gofmt -l .)"
+if [ -n "$unformatted" ]; then
+  echo "not gofmt-formatted:" >&2
+  echo "$unformatted" >&2
+  exit 1
+fi
 echo "== go vet ./..."
 go vet ./...
 echo "== staticcheck ./... (honnef.co/go/tools $STATICCHECK_VERSION)"
