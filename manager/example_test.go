@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shardlock/shardlock/manager"
+	"github.com/shardlock/shardlock/sharding"
 )
 
 // exampleClient starts an embedded Redis (miniredis) for the examples; in a
@@ -137,4 +138,93 @@ func ExampleLock_Fence() {
 	// true
 	// true
 	// true
+}
+
+// A batch lock takes several resources of one slot, all or none, in one
+// script: build their names with sharding.Group.
+func ExampleManager_AcquireBatch() {
+	client, stop := exampleClient()
+	defer stop()
+	ctx := context.Background()
+	m, _ := manager.New(client)
+	defer m.Close(ctx)
+
+	var items []string
+	for _, part := range []string{"item:1", "item:2", "item:3"} {
+		r, _ := sharding.Group("order:123", part)
+		items = append(items, r)
+	}
+	lock, err := m.AcquireBatch(ctx, items)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(lock.Keys())
+	_ = lock.Release(ctx)
+	// Output:
+	// [shardlock:{order:123}:item:1 shardlock:{order:123}:item:2 shardlock:{order:123}:item:3]
+}
+
+// AcquireMulti takes resources anywhere in the cluster, one batch per slot,
+// in one global order, so that callers with overlapping sets never
+// deadlock.
+func ExampleManager_AcquireMulti() {
+	client, stop := exampleClient()
+	defer stop()
+	ctx := context.Background()
+	m, _ := manager.New(client)
+	defer m.Close(ctx)
+
+	lock, err := m.AcquireMulti(ctx, []string{"account:alice", "account:bob"})
+	if err != nil {
+		panic(err)
+	}
+	// Move money between the two accounts under lock.Context().
+	fmt.Println(len(lock.Locks()), "locks")
+	_ = lock.Release(ctx)
+	// Output:
+	// 2 locks
+}
+
+// A hot resource striped 8 ways: work on partitions of different stripes
+// runs in parallel, and the stripes spread over the cluster's masters.
+func ExampleManager_AcquireStripe() {
+	client, stop := exampleClient()
+	defer stop()
+	ctx := context.Background()
+	m, _ := manager.New(client)
+	defer m.Close(ctx)
+
+	lock, err := m.AcquireStripe(ctx, "inventory", 8, "sku-4711")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(lock.Resource())
+	_ = lock.Release(ctx)
+	// Output:
+	// inventory#2
+}
+
+// AcquireAny is a semaphore: at most permits holders at a time.
+func ExampleManager_AcquireAny() {
+	client, stop := exampleClient()
+	defer stop()
+	ctx := context.Background()
+	m, _ := manager.New(client)
+	defer m.Close(ctx)
+
+	var held []*manager.Lock
+	for range 3 {
+		l, err := m.AcquireAny(ctx, "export-slots", 3)
+		if err != nil {
+			panic(err)
+		}
+		held = append(held, l)
+	}
+	_, err := m.AcquireAny(ctx, "export-slots", 3, manager.AcquireWithWait(50*time.Millisecond))
+	fmt.Println("a fourth:", errors.Is(err, manager.ErrNotAcquired))
+	for _, l := range held {
+		_ = l.Release(ctx)
+	}
+	// Output:
+	// a fourth: true
 }
