@@ -215,7 +215,7 @@ func parseBatchReply(res []any, fencing bool) (status int, fences []uint64, held
 		n, _ := v.(int64)
 		ints = append(ints, n)
 	}
-	if st == attemptContended {
+	if st == scripts.AcquireHeld {
 		held = make([]int, len(ints))
 		for i, n := range ints {
 			held[i] = int(n)

@@ -29,9 +29,9 @@ import (
 //
 // A waiter may have died while queued. So the key handed to it lives for
 // the claim lease (scripts.ClaimLease) only, until the new holder confirms
-// it with its first renewal (sent even without the watchdog) or a re-check,
-// which set the full TTL; a holder released within the lease never pays for
-// it. A lock taken on its lease is valid, by this process's clock, from the
+// it with its first renewal, which the watchdog sends the moment the lock
+// is taken (even with the watchdog off), or a re-check; both set the full
+// TTL. A lock taken on its lease is valid, by this process's clock, from the
 // waiter's first queue write, the earliest the hand-over can have happened:
 // a waiter queued for so long that less than half the lease would be left
 // confirms it with a re-check before it returns the lock. The other
@@ -328,7 +328,7 @@ func (m *Manager) afterRelease(l *Lock, h handover, code int64, fence uint64, se
 	w := h.w
 	w.handing = false
 	switch {
-	case code == 3: // w holds the lock now
+	case code == scripts.HandedToNext: // w holds the lock now
 		if h.local {
 			h.q.streak++
 		} else {
@@ -345,7 +345,7 @@ func (m *Manager) afterRelease(l *Lock, h handover, code int64, fence uint64, se
 			return
 		}
 		w.send(grantMsg{fence: fence, validFrom: sentAt})
-	case code == 2: // w is queued behind the waiter that got the lock
+	case code == scripts.HandedOver: // w is queued behind the waiter that got the lock
 		h.q.streak = 0
 	case ambiguous:
 		// w may or may not be queued (or hold the lock): its re-check

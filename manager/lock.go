@@ -117,11 +117,15 @@ func (m *Manager) newLock(resource, key, token string, tokenArg any, fence uint6
 const claimValidity = scripts.ClaimLease - 2*time.Millisecond
 
 // onClaim makes l, not shared yet, a lock handed over on the claim lease
-// from validFrom: valid for the lease, its first renewal due halfway.
+// from validFrom: valid for the lease, its first renewal (the confirmation)
+// due at once. Sent at once, the confirmation reaches Redis before any
+// pause of this process could let the lease run out under a live holder;
+// a lock released first cancels nothing: the renewal then finds the key
+// released and is ignored.
 func (l *Lock) onClaim(validFrom time.Time) {
 	l.claimed = true
 	l.validUntil = monoOf(validFrom).Add(min(claimValidity, l.ttl-drift(l.ttl)))
-	l.nextRenew = monoOf(validFrom).Add(scripts.ClaimLease / 2)
+	l.nextRenew = monoOf(validFrom)
 }
 
 // Resource returns the resource name the lock was taken on.
@@ -458,7 +462,7 @@ func (l *Lock) Release(ctx context.Context) error {
 			ambiguous = ambiguous || isAmbiguous(err)
 			return err
 		}
-		if code == 2 {
+		if code == scripts.HandedOver {
 			m.queues.sawContended(l.key) // handed to a waiter queued in Redis
 		}
 		m.afterRelease(l, h, code, fence, sentAt, ambiguous)
@@ -548,11 +552,11 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return fmt.Errorf("shardlock: extend: %w", err)
 	}
 	switch r {
-	case 0:
+	case scripts.Gone:
 		l.cls.Renewed(metrics.ReasonExpired)
 		l.markLost(ErrExpired)
 		return ErrExpired
-	case -1:
+	case scripts.NotOurs:
 		l.cls.Renewed(metrics.ReasonNotHeld)
 		l.markLost(ErrNotHeld)
 		return ErrNotHeld
@@ -681,17 +685,20 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if l.multi != nil {
 		script = scripts.PTTLBatch
 	}
-	ms, err := l.m.runScript(ctx, l.m.cmd, script, l.scriptKeys(), l.token).Int64()
+	res, err := l.m.runScript(ctx, l.m.cmd, script, l.scriptKeys(), l.token).Int64Slice()
+	if err == nil && len(res) != 2 {
+		err = fmt.Errorf("unexpected reply %v", res)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("shardlock: ttl: %w", err)
 	}
-	switch ms {
-	case -1:
+	switch res[0] {
+	case scripts.Gone:
 		l.markLost(ErrExpired)
 		return 0, ErrExpired
-	case -2:
+	case scripts.NotOurs:
 		l.markLost(ErrNotHeld)
 		return 0, ErrNotHeld
 	}
-	return time.Duration(ms) * time.Millisecond, nil
+	return time.Duration(res[1]) * time.Millisecond, nil
 }

@@ -148,10 +148,12 @@ func (m *Manager) Acquire(ctx context.Context, resource string, opts ...AcquireO
 // transient reason (a failover, a migrating slot).
 const transientRetry = 100 * time.Millisecond
 
+// An acquire attempt's status: the acquire scripts' (scripts.AcquireHeld,
+// AcquireSet, AcquireOurs), which the plain SET NX paths give too.
 const (
-	attemptContended = iota
-	attemptFresh     // this attempt set the key
-	attemptReplay    // the key already held our token: an earlier attempt (or a re-send) set it
+	attemptContended = int(scripts.AcquireHeld) // someone else holds the key
+	attemptFresh     = int(scripts.AcquireSet)  // this attempt set the key
+	attemptReplay    = int(scripts.AcquireOurs) // the key already held our token: an earlier attempt (or a re-send) set it
 )
 
 func (m *Manager) acquire(ctx context.Context, resource string, opts []AcquireOption, wait bool) (*Lock, error) {
@@ -1031,7 +1033,7 @@ func (m *Manager) releaseLocks(ctx context.Context, locks []*Lock, orphans []orp
 					result = l.batchReleaseResult(res, it.ambiguous, sentAt, l.validUntilNow())
 				}
 			default:
-				r, err := c.cmd.Int64()
+				r, _, err := parseRelease(c.cmd.Result())
 				result = releaseResult(r, err, it.ambiguous, sentAt, l.validUntilNow())
 			}
 			l.finishRelease(result)
@@ -1064,17 +1066,18 @@ func releaseResult(r int64, err error, ambiguous bool, sentAt, validUntil time.T
 		return fmt.Errorf("shardlock: release: %w", err)
 	}
 	switch {
-	case r >= 1:
+	case r == scripts.Done || r == scripts.HandedOver || r == scripts.HandedToNext:
 		return nil
 	case ambiguous && sentAt.Before(validUntil):
 		return nil
-	case r == 0:
+	case r == scripts.Gone:
 		return ErrExpired
 	}
 	return ErrNotHeld
 }
 
-// parseRelease reads release.lua's reply: a code, or {3, fence}.
+// parseRelease reads release.lua's reply: a status, or {HandedToNext,
+// fence}.
 func parseRelease(res any, err error) (code int64, fence uint64, _ error) {
 	if err != nil {
 		return 0, 0, err

@@ -396,7 +396,7 @@ func (s *scheduler) renewResult(r renewal, c scriptCall) {
 	fails := l.renewFails
 	l.mu.Unlock()
 	switch {
-	case err == nil && res == 1:
+	case err == nil && res == scripts.Done:
 		l.cls.Renewed("")
 		if fails > 0 {
 			s.m.log.Info("lock renewal succeeded again", s.m.fields(context.Background(), "renew_recovered", l, zap.Int("failures", fails))...)
@@ -407,7 +407,7 @@ func (s *scheduler) renewResult(r renewal, c scriptCall) {
 		l.renewed(r.sentAt, r.ttl)
 		s.rescheduleHeld(l)
 		return
-	case err == nil && res == 0:
+	case err == nil && res == scripts.Gone:
 		l.cls.Renewed(metrics.ReasonExpired)
 		l.markLost(ErrExpired)
 		return
@@ -456,9 +456,9 @@ func (s *scheduler) reinsert(l *Lock, due mono, slack time.Duration) {
 }
 
 func (s *scheduler) orphanResult(o orphan, c scriptCall) {
-	res, err := c.cmd.Int64()
-	if err == nil && res == 1 {
-		return // released
+	code, _, err := parseRelease(c.cmd.Result())
+	if err == nil && code != scripts.Gone && code != scripts.NotOurs {
+		return // released, or handed over
 	}
 	// Gone or someone else's: the delayed attempt may still land, so look
 	// again until the deadline, backing off.

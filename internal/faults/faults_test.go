@@ -113,6 +113,9 @@ func (w *workload) run(t *testing.T, ctx context.Context, addrs, resources []str
 	t.Helper()
 	w.goroutines = managers * workers
 	var wg sync.WaitGroup
+	// Every manager is made before any goroutine runs, so a fault that
+	// waits for the workload to run meets all of them made.
+	ms := make([]*manager.Manager, managers)
 	for i := range managers {
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 		c.OnNewNode(func(n *redis.Client) { n.AddHook(replyHook{w}) })
@@ -120,7 +123,21 @@ func (w *workload) run(t *testing.T, ctx context.Context, addrs, resources []str
 			manager.WithOwner(fmt.Sprintf("fault-%d", i)), manager.WithWait(30*time.Second),
 			manager.WithRetry(manager.ExponentialBackoff(time.Millisecond, 50*time.Millisecond)))
 		if err != nil {
-			t.Fatal(err)
+			_ = c.Close()
+			w.fail(fmt.Errorf("manager %d: %w", i, err))
+			break
+		}
+		ms[i] = m
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = m.Close(cctx)
+			_ = c.Close()
+		}()
+	}
+	for _, m := range ms {
+		if m == nil {
+			break
 		}
 		for g := range workers {
 			wg.Go(func() {
@@ -160,12 +177,6 @@ func (w *workload) run(t *testing.T, ctx context.Context, addrs, resources []str
 				}
 			})
 		}
-		defer func() {
-			cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_ = m.Close(cctx)
-			_ = c.Close()
-		}()
 	}
 	wg.Wait()
 }
@@ -725,6 +736,13 @@ func TestFaults(t *testing.T) {
 			}
 		}
 		take(5)
+		mst := node(master)
+		defer mst.Close()
+		// The replica has the counter so far (it may still be syncing
+		// after an earlier fault): WAIT for its acknowledgement.
+		if n, err := mst.Do(ctx, "wait", 1, 10000).Int64(); err != nil || n < 1 {
+			t.Fatalf("WAIT for the replica: %d, %v", n, err)
+		}
 		rep := node(replica)
 		defer rep.Close()
 		// The replica has the counter so far. Freeze it and cut its link
@@ -736,8 +754,6 @@ func TestFaults(t *testing.T) {
 		}
 		cont := sync.OnceFunc(func() { _ = exec.Command("kill", "-CONT", replicaPid).Run() })
 		defer cont()
-		mst := node(master)
-		defer mst.Close()
 		if err := mst.ClientKillByFilter(ctx, "TYPE", "replica").Err(); err != nil {
 			t.Fatalf("CLIENT KILL TYPE replica: %v", err)
 		}

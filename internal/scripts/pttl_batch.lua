@@ -1,8 +1,9 @@
 -- Remaining TTL of a batch lock, only for its holder: the smallest PTTL.
 -- KEYS[1..n] lock keys; ARGV[1] token (a key may also hold it followed by
 -- the queued mark "\30", see release.lua)
--- Returns the smallest PTTL in milliseconds (>= 0) when every key holds the
--- token, -2 when another token holds one, else -1 (a key is gone).
+-- Returns {1, the smallest PTTL in milliseconds (>= 0)} when every key holds
+-- the token, {-1, 0} when another token holds one, else {0, 0} (a key is
+-- gone) (replies.go names the statuses).
 local marked = ARGV[1] .. '\30'
 local cur = redis.call('MGET', unpack(KEYS))
 local least = -1
@@ -12,12 +13,12 @@ for i = 1, #KEYS do
   if v == false then
     gone = true
   elseif v ~= ARGV[1] and v ~= marked then
-    return -2
+    return {-1, 0}
   else
     local t = redis.call('PTTL', KEYS[i])
     if t < 0 then t = 0 end
     if least < 0 or t < least then least = t end
   end
 end
-if gone then return -1 end
-return least
+if gone then return {0, 0} end
+return {1, least}
