@@ -184,7 +184,7 @@ func (m *Manager) attemptBatch(ctx context.Context, b *batchInfo, token string, 
 	var res []any
 	if m.cfg.replicas > 0 {
 		// The write and WAIT share one connection to the owning master.
-		node, err := m.nodeFor(ctx, b.keys[0])
+		node, err := m.topo.masterFor(ctx, b.keys[0])
 		if err != nil {
 			return 0, nil, nil, 0, err
 		}

@@ -168,19 +168,11 @@ type queued struct {
 	done  chan struct{} // closed when the reply is in cmd
 }
 
-// newCoalescer returns a coalescer for a *redis.Client or a
-// *redis.ClusterClient, nil for any other client.
-func newCoalescer(c redis.UniversalClient) *coalescer {
-	co := &coalescer{lanes: map[*redis.Client]*lane{}, maxFlushers: flushersPerCPU * runtime.GOMAXPROCS(0), own: honoursDeadlines(c)}
+// newCoalescer returns a coalescer for client c of topology t.
+func newCoalescer(c redis.UniversalClient, t *topology) *coalescer {
+	co := &coalescer{lanes: map[*redis.Client]*lane{}, maxFlushers: flushersPerCPU * runtime.GOMAXPROCS(0), own: honoursDeadlines(c),
+		cc: t.cc, one: t.one}
 	co.scripter = scripter{c: c, process: co.Process}
-	switch c := c.(type) {
-	case *redis.ClusterClient:
-		co.cc = c
-	case *redis.Client:
-		co.one = c
-	default:
-		return nil
-	}
 	return co
 }
 

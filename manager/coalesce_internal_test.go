@@ -89,7 +89,7 @@ func newHeldCoalescer(t *testing.T) (*coalescer, *holdHook) {
 	t.Cleanup(func() { _ = c.Close() })
 	h := &holdHook{held: make(chan struct{}, 1), release: make(chan struct{})}
 	c.AddHook(h)
-	co := newCoalescer(c)
+	co := testCoalescer(c)
 	t.Cleanup(func() { co.close(context.Background()) })
 	t.Cleanup(h.unhold) // first: a failed test may have sends held
 	return co, h
@@ -221,4 +221,13 @@ func TestCoalescerClosed(t *testing.T) {
 	if err := co.Process(ctx, redis.NewStatusCmd(ctx, "set", "k", "v")); !errors.Is(err, redis.ErrClosed) {
 		t.Fatalf("after close: %v", err)
 	}
+}
+
+// testCoalescer returns a coalescer on c, as New makes it.
+func testCoalescer(c Client) *coalescer {
+	t, err := newTopology(c)
+	if err != nil {
+		panic(err)
+	}
+	return newCoalescer(c, t)
 }

@@ -581,7 +581,7 @@ type extendOut struct {
 
 // extendWait runs the extend script and WAIT in one pipeline on the owning master.
 func (m *Manager) extendWait(ctx context.Context, l *Lock, ttlMs string) (int64, int, error) {
-	node, err := m.nodeFor(ctx, l.key)
+	node, err := m.topo.masterFor(ctx, l.key)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -18,8 +18,9 @@ import (
 	"github.com/shardlock/shardlock/sharding"
 )
 
-// Client is what the Manager needs of go-redis: *redis.Client (standalone
-// or Sentinel failover) and *redis.ClusterClient both fit.
+// Client is the go-redis client a Manager runs on: a *redis.Client
+// (standalone, or Sentinel failover with redis.NewFailoverClient) or a
+// *redis.ClusterClient. New rejects any other kind.
 type Client = redis.UniversalClient
 
 var (
@@ -38,6 +39,7 @@ type Manager struct {
 	cfg    config
 	log    *zap.Logger
 	sched  *scheduler
+	topo   *topology // which servers the client talks to
 
 	// The clients bound every command by its context's deadline (see
 	// direct): cmd's and client's.
@@ -46,7 +48,6 @@ type Manager struct {
 	closed                  atomic.Bool
 	closing                 chan struct{} // closed by Close: wakes the waiters
 	closeOnce               sync.Once
-	lastReload              atomic.Int64
 	defaultAC               acquireConfig // the configuration of an acquire without options
 	notify                  *notifier     // nil with notifications off
 	queues                  localQueues
@@ -74,7 +75,11 @@ func New(client Client, opts ...Option) (*Manager, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	m := &Manager{client: client, cmd: client, renew: client, cfg: cfg, log: cfg.logger, closing: make(chan struct{})}
+	topo, err := newTopology(client)
+	if err != nil {
+		return nil, err
+	}
+	m := &Manager{client: client, topo: topo, cmd: client, renew: client, cfg: cfg, log: cfg.logger, closing: make(chan struct{})}
 	m.defaultAC = m.defaultAcquireConfig()
 	m.mx = cfg.metrics
 	if cfg.renewClient != nil {
@@ -90,9 +95,8 @@ func New(client Client, opts ...Option) (*Manager, error) {
 	}
 	m.cmd = newOnce(client)
 	if cfg.autoPipeline == nil || *cfg.autoPipeline {
-		if m.co = newCoalescer(client); m.co != nil {
-			m.cmd = m.co
-		}
+		m.co = newCoalescer(client, topo)
+		m.cmd = m.co
 	}
 	m.cmdBounds, m.clientBounds = honoursDeadlines(m.cmd), honoursDeadlines(client)
 	m.queues = localQueues{queues: map[string]*localQueue{}, max: cfg.maxWaiters}
@@ -793,7 +797,7 @@ func isOurs(v, token string) bool {
 // master, so WAIT counts the replicas that have this write.
 func (m *Manager) attemptWait(ctx context.Context, key, token string, ttlMs any, ac *acquireConfig) (status int, fence uint64, replicas int, err error) {
 	fencing := ac.fencing
-	node, err := m.nodeFor(ctx, key)
+	node, err := m.topo.masterFor(ctx, key)
 	if err != nil {
 		return 0, 0, 0, err
 	}

@@ -74,16 +74,6 @@ func newNotifier(m *Manager) *notifier {
 	return &notifier{m: m, ctx: ctx, cancel: cancel, nodes: map[string]*nodeSub{}, chans: map[string]*chanWaiters{}}
 }
 
-// nodeClient returns the client of the master that serves key.
-func (n *notifier) nodeClient(ctx context.Context, key string) (*redis.Client, error) {
-	switch c := n.m.client.(type) {
-	case *redis.ClusterClient:
-		return c.MasterForKey(ctx, key)
-	case *redis.Client:
-		return c, nil
-	}
-	return nil, nil
-}
 
 // watch keeps the channel of the lock at key subscribed, subscribing it
 // when no waiter of this Manager has yet; the returned function stops
@@ -148,7 +138,7 @@ func (n *notifier) subscribe(key, ch string, cw *chanWaiters, p chan struct{}) {
 	ctx, cancel := context.WithTimeout(n.ctx, subscribeWait)
 	defer cancel()
 	var ns *nodeSub
-	node, err := n.nodeClient(ctx, key)
+	node, err := n.m.topo.masterFor(ctx, key)
 	if err == nil && node != nil {
 		if ns = n.nodeSub(node); ns != nil {
 			n.subscribes.Add(1)

@@ -129,27 +129,7 @@ func transientBackoff(attempt int) time.Duration {
 
 // reloadTopology makes a cluster client re-read the slot map, at most once
 // per 100 ms per manager.
-func (m *Manager) reloadTopology(ctx context.Context) {
-	cc, ok := m.client.(*redis.ClusterClient)
-	if !ok {
-		return
-	}
-	now := time.Now().UnixNano()
-	last := m.lastReload.Load()
-	if now-last < int64(100*time.Millisecond) || !m.lastReload.CompareAndSwap(last, now) {
-		return
-	}
-	cc.ReloadState(ctx)
-}
-
-// nodeFor returns a client of the master that owns key, so that a write and
-// the WAIT after it share one connection (a pipeline on that node).
-func (m *Manager) nodeFor(ctx context.Context, key string) (redis.Cmdable, error) {
-	if cc, ok := m.client.(*redis.ClusterClient); ok {
-		return cc.MasterForKey(ctx, key)
-	}
-	return m.client, nil
-}
+func (m *Manager) reloadTopology(ctx context.Context) { m.topo.reload(ctx) }
 
 // scriptCall is one script invocation in a pipelined batch.
 type scriptCall struct {
@@ -202,14 +182,7 @@ func (m *Manager) startupCheck(ctx context.Context) error {
 		}
 		return nil
 	}
-	var err error
-	switch c := m.client.(type) {
-	case *redis.ClusterClient:
-		err = c.ForEachMaster(ctx, check)
-	case *redis.Client:
-		err = check(ctx, c)
-	}
-	if err != nil {
+	if err := m.topo.eachMaster(ctx, check); err != nil {
 		return err
 	}
 	for _, s := range scripts.All() {

@@ -34,9 +34,9 @@ func fakeStandalone(t *testing.T, f *fakeRESP) *redis.Client {
 func fakeCoalescer(t *testing.T, f *fakeRESP, kind string) *coalescer {
 	t.Helper()
 	if kind == "cluster" {
-		return newCoalescer(fakeCluster(t, f))
+		return testCoalescer(fakeCluster(t, f))
 	}
-	return newCoalescer(fakeStandalone(t, f))
+	return testCoalescer(fakeStandalone(t, f))
 }
 
 func setNX(ctx context.Context, key, val string) *redis.StatusCmd {

@@ -324,3 +324,15 @@ func TestZeroValuesAreSafe(t *testing.T) {
 		}
 	})
 }
+
+// A client kind the Manager cannot route by (a Ring shards by its own
+// hash, not by slot) is refused by New, before any round trip.
+func TestNewRefusesUnsupportedClient(t *testing.T) {
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	defer ring.Close()
+	m, err := manager.New(ring)
+	var ia *manager.InvalidArgumentError
+	if m != nil || !errors.As(err, &ia) || ia.Arg != "client" {
+		t.Fatalf("New(ring) = %v, %v", m, err)
+	}
+}
