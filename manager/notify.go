@@ -74,7 +74,6 @@ func newNotifier(m *Manager) *notifier {
 	return &notifier{m: m, ctx: ctx, cancel: cancel, nodes: map[string]*nodeSub{}, chans: map[string]*chanWaiters{}}
 }
 
-
 // watch keeps the channel of the lock at key subscribed, subscribing it
 // when no waiter of this Manager has yet; the returned function stops
 // watching. It waits for a new subscription until it is made, ctx ends,
