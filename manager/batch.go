@@ -195,8 +195,9 @@ func (m *Manager) attemptBatch(ctx context.Context, b *batchInfo, token string, 
 		if res, err = acq.Slice(); err != nil {
 			return 0, nil, nil, 0, err
 		}
-		n, _ := waitc.Int64() // a failed WAIT counts as no replica
-		replicas = int(n)
+		if len(res) > 0 && res[0] != scripts.AcquireHeld {
+			replicas = m.replicaCount(waitc, "acquire")
+		}
 	} else if res, err = scripts.AcquireBatch.Run(ctx, m.cmd, keys, token, ac.ttlMs, fencing, try, marks).Slice(); err != nil {
 		return 0, nil, nil, 0, err
 	}

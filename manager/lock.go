@@ -597,11 +597,10 @@ func (m *Manager) extendWait(ctx context.Context, l *Lock, ttlMs string) (int64,
 	if err != nil {
 		return 0, 0, err
 	}
-	n, err := wait.Int64()
-	if err != nil {
-		return 0, 0, fmt.Errorf("WAIT: %w", err)
+	if r != scripts.Done {
+		return r, 0, nil // nothing was written: no WAIT to read
 	}
-	return r, int(n), nil
+	return r, m.replicaCount(wait, "extend"), nil
 }
 
 // renewed records a successful write of the key's TTL (ttl, sent at

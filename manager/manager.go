@@ -823,14 +823,25 @@ func (m *Manager) attemptWait(ctx context.Context, key, token string, ttlMs any,
 	if err != nil {
 		return 0, 0, 0, err
 	}
-	n, werr := waitc.Int64()
-	if werr != nil && status != attemptContended {
-		// The key is ours but WAIT failed: count no replicas, and let the
-		// replica policy decide.
-		m.log.Warn("WAIT failed after acquire", zap.String("event", "replica_ack_failed"), zap.Error(werr))
-		return status, fence, 0, nil
+	if status == attemptContended {
+		return status, fence, 0, nil // nothing was written: no WAIT to read
 	}
-	return status, fence, int(n), nil
+	return status, fence, m.replicaCount(waitc, "acquire"), nil
+}
+
+// replicaCount reads the WAIT sent after a write that succeeded (an
+// acquire or an extend, named by op). The one rule for a WAIT that fails
+// (an error reply, a connection lost after the write's reply): it counts
+// as no replica acknowledging, it is logged at WARN, and the replica policy
+// decides, as for any count below WithReplicaAck's.
+func (m *Manager) replicaCount(wait *redis.Cmd, op string) int {
+	n, err := wait.Int64()
+	if err != nil {
+		m.log.Warn("WAIT failed after "+op+"; counted as no replica acknowledging",
+			zap.String("event", "replica_ack_failed"), zap.Error(err))
+		return 0
+	}
+	return int(n)
 }
 
 func parseSetNXGet(cmd *redis.StringCmd, token string) (int, error) {

@@ -34,7 +34,9 @@ const (
 	DefaultStartup = 5 * time.Second
 )
 
-// ReplicaPolicy says what a too-small WAIT count does to an acquire.
+// ReplicaPolicy says what a too-small WAIT count does to an acquire or an
+// Extend. A WAIT that fails (an error reply, a connection lost after the
+// write's reply) counts as no replica acknowledging, and is logged at WARN.
 type ReplicaPolicy int
 
 const (

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 
 	"github.com/shardlock/shardlock/internal/testenv"
 	"github.com/shardlock/shardlock/manager"
@@ -314,4 +315,56 @@ func TestRealStalledAcquireDoesNotStrandKey(t *testing.T) {
 	start := time.Now()
 	eventually(t, 3*time.Second, "stalled acquire's key released", func() bool { return admin.Exists(ctx, key).Val() == 0 })
 	t.Logf("key free %v after the stall ended (TTL %v)", time.Since(start), manager.DefaultTTL)
+}
+
+// failWAIT makes every WAIT in a pipeline fail, as a connection lost after
+// the write's reply would.
+type failWAIT struct{}
+
+func (failWAIT) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (failWAIT) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (failWAIT) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			if c.Name() == "wait" {
+				c.SetErr(errors.New("WAIT lost"))
+			}
+		}
+		return err
+	}
+}
+
+// A WAIT that fails after a successful write follows one rule, for an
+// acquire and for Extend alike: no replica acknowledged, a WARN, and the
+// replica policy decides.
+func TestRealFailedWAITCountsNoReplica(t *testing.T) {
+	ctx := ctxT(t)
+	cc := testenv.Cluster(t)
+	cc.OnNewNode(func(n *redis.Client) { n.AddHook(failWAIT{}) })
+	_ = cc.ForEachShard(ctx, func(_ context.Context, n *redis.Client) error { n.AddHook(failWAIT{}); return nil })
+	log, logs := observedLogger()
+	lax := newManager(t, cc, manager.WithReplicaAck(1, time.Second, manager.ReplicaReport), manager.WithLogger(log))
+	l, err := lax.TryAcquire(ctx, testenv.Unique("wait"))
+	if err != nil || l.Replicas() != 0 {
+		t.Fatalf("acquire with a failed WAIT: %v, replicas %d", err, l.Replicas())
+	}
+	if err := l.Extend(ctx, 5*time.Second); err != nil || l.Replicas() != 0 {
+		t.Fatalf("Extend with a failed WAIT: %v, replicas %d", err, l.Replicas())
+	}
+	if n := logs.FilterField(zap.String("event", "replica_ack_failed")).Len(); n != 2 {
+		t.Fatalf("%d replica_ack_failed warnings, want 2", n)
+	}
+	_ = l.Release(ctx)
+
+	strict := newManager(t, cc, manager.WithReplicaAck(1, time.Second, manager.ReplicaFail))
+	_, err = strict.TryAcquire(ctx, testenv.Unique("wait"))
+	var rae *manager.ReplicaAckError
+	if !errors.As(err, &rae) || rae.Got != 0 {
+		t.Fatalf("ReplicaFail acquire with a failed WAIT: %v", err)
+	}
+	_, err = strict.TryAcquireBatch(ctx, []string{testenv.Unique("{w}a")})
+	if !errors.As(err, &rae) || rae.Got != 0 {
+		t.Fatalf("ReplicaFail batch acquire with a failed WAIT: %v", err)
+	}
 }
