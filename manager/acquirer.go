@@ -1,0 +1,490 @@
+package manager
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/shardlock/shardlock/internal/scripts"
+)
+
+// How an acquire works.
+//
+// An acquirer makes attempts (attemptN) until one takes the key, the
+// caller's context or the wait limit ends it, or the retry strategy says
+// stop. Between attempts it waits in one of three ways:
+//
+//   - the fair queue (fair.go), for a single lock with notifications on:
+//     it queues behind this process's other waiters for the resource
+//     (queueUp), then in Redis, and is handed the lock by the release
+//     before it; it also re-checks on a timer (waitTurn);
+//   - the batch watch, for a batch with notifications on: it marks the
+//     keys others hold and wakes when one is announced free (watchBatch);
+//   - polling, on the retry strategy's timer, otherwise.
+//
+// An attempt whose outcome was never learned may hold the key: whatever
+// ends the acquire without a lock hands its token to the reaper (fail).
+type acquirer struct {
+	m     *Manager
+	ctx   context.Context
+	tg    target
+	ac    *acquireConfig
+	wait  bool // Acquire, not TryAcquire
+	start time.Time
+
+	token    string
+	tokenArg any // token boxed once, for the acquire command and the Lock's scripts
+
+	waitUntil       time.Time // the wait limit
+	attemptDeadline time.Time // when an attempt's reply can no longer be used
+	firstAmbiguous  time.Time // send time of the first attempt whose outcome we never learned
+	lastErr         error     // why the last attempt failed, while it was transient
+	sent            int       // attempts sent to Redis: what the retry strategy counts
+	answered        bool      // an attempt was answered: Redis is there
+	transient       bool      // the last attempt failed for a transient reason
+	waiting         bool      // counted in the waiters gauge
+	timer           *time.Timer
+
+	// The fair queue (see fair.go): one resource, notifications on, no
+	// replica acknowledgement.
+	fair       bool
+	queueFirst bool        // the first attempt queues at once (see run)
+	queue      *localQueue // this process's queue for the resource, once waiting
+	myTurn     bool        // this waiter is the one contending in Redis
+	unwatch    func()      // stops watching the lock's channel, once queued
+	fw         *fairWaiter // this waiter in the fair queue, once its turn came
+	granted    *grantMsg   // a hand-over received, to be taken up
+	skipOnce   bool        // a local holder's release will queue us: no attempt now
+
+	// The batch watch: a waiting batch marks the keys others hold and
+	// wakes when one is announced free (same conditions as the fair queue).
+	batchWatch bool
+	wake       chan struct{} // signalled when a watched key is freed
+	watched    []string      // the batch keys whose channels this waiter watches
+	unwatches  []func()
+}
+
+func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig, wait bool, start time.Time) (*Lock, error) {
+	if ctx == nil {
+		return nil, invalid("context", "nil")
+	}
+	if m.closed.Load() {
+		return nil, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, errors.Join(ErrNotAcquired, err) // nothing sent
+	}
+	a := acquirer{m: m, ctx: ctx, tg: tg, ac: ac, wait: wait, start: start, waitUntil: start.Add(ac.wait)}
+	a.token = newToken(m.cfg.owner, start)
+	a.tokenArg = a.token
+	// An attempt ends by the wait limit; a TryAcquire's by the TTL (a
+	// reply after that could not be used).
+	a.attemptDeadline = a.waitUntil
+	if !wait {
+		a.attemptDeadline = start.Add(ac.ttl)
+	}
+	notify := wait && m.notify != nil && m.cfg.replicas == 0
+	a.fair = notify && tg.batch == nil
+	a.batchWatch = notify && tg.batch != nil
+	// A waiting acquire does not barge in ahead of this process's queued
+	// waiters for the resource: it queues behind them. So does one of a
+	// key this process saw contended lately: the queue script takes the
+	// key if it is free, so a SET NX first would only cost a command.
+	a.queueFirst = wait && tg.batch == nil && (m.queues.busy(tg.key) || (a.fair && m.queues.contended(tg.key)))
+	defer a.finish()
+	defer func() {
+		// A callback that panics (a retry strategy) must not strand an
+		// attempt that may hold the key.
+		if p := recover(); p != nil {
+			a.orphanAmbiguous()
+			panic(p)
+		}
+	}()
+	return a.run()
+}
+
+// run makes attempts and waits between them until the acquire ends.
+func (a *acquirer) run() (*Lock, error) {
+	for n := 1; ; n++ {
+		res, sendAt, err := a.attemptN(n)
+		if err != nil {
+			if l, err, done := a.failed(err, sendAt); done {
+				return l, err
+			}
+		} else {
+			if res.status != attemptContended {
+				l, err, again := a.take(res, sendAt)
+				if !again {
+					return l, err
+				}
+				// The reply came too late: wait as for a held lock.
+			}
+			a.lastErr, a.answered = nil, true // Redis answered
+		}
+		if l, err, done := a.between(res); done {
+			return l, err
+		}
+	}
+}
+
+// attemptN makes attempt n, or takes up what came instead of one: a
+// hand-over, or a release that is about to queue this waiter.
+func (a *acquirer) attemptN(n int) (res attemptResult, sendAt time.Time, err error) {
+	sendAt = a.start // one clock read fewer on the first attempt, the hot path
+	if n > 1 {
+		sendAt = time.Now()
+	}
+	if g := a.granted; g != nil && g.claimed && time.Until(g.validFrom.Add(claimValidity)) < scripts.ClaimLease/2 {
+		// Handed over on the claim lease, but queued so long ago that
+		// too little of the lease may be left: a re-check confirms it
+		// (or finds it lost) instead.
+		a.granted = nil
+	}
+	switch {
+	case n == 1 && a.queueFirst:
+		res.status = attemptContended
+	case a.granted != nil:
+		// Handed over by a release: held since (at the earliest) the
+		// write that queued us.
+		g := a.granted
+		a.granted = nil
+		res.status, res.fence, res.claimed = attemptFresh, g.fence, g.claimed
+		return res, g.validFrom, nil
+	case a.skipOnce:
+		res.status, a.skipOnce = attemptContended, false
+	default:
+		a.sent++
+		res, err = a.m.send(a.ctx, a.attemptDeadline, attemptArgs{
+			tg: a.tg, token: a.token, tokenArg: a.tokenArg, ac: a.ac, fw: a.fw, sendAt: sendAt,
+			// The first attempt is a plain SET NX; a waiter that will
+			// queue next need not tell a replay apart (the queue script
+			// does), and later polls use SET NX GET.
+			firstTry: n == 1 || (n == 2 && a.queueFirst), queueNext: a.fair,
+			first: n == 1, mark: a.batchWatch,
+		})
+	}
+	return res, sendAt, err
+}
+
+// failed handles an attempt that failed with err: it ends the acquire
+// (done) or records a transient failure to wait out.
+func (a *acquirer) failed(err error, sendAt time.Time) (l *Lock, _ error, done bool) {
+	// A command that may have run, or a script that failed after a write
+	// (an error reply that is not a redirect or a "not now"), may hold the
+	// key: fail releases it. An abandoned attempt is settled by send when
+	// its reply comes.
+	abandoned := isAbandoned(err)
+	if !abandoned && (isAmbiguous(err) || ranWithError(err)) && a.firstAmbiguous.IsZero() {
+		a.firstAmbiguous = sendAt
+	}
+	if a.ctx.Err() != nil {
+		return nil, a.fail(errors.Join(ErrNotAcquired, a.ctx.Err())), true
+	}
+	if a.wait && (abandoned || !time.Now().Before(a.waitUntil)) {
+		// The wait limit passed during the attempt: say why the last
+		// attempts failed, or that this one had no reply in time; an
+		// attempt that was not even sent is just the wait limit.
+		if a.answered && a.lastErr == nil {
+			// Redis answers, the lock is held: the wait limit merely cut
+			// the last look short.
+			return nil, a.fail(ErrNotAcquired), true
+		}
+		if cause := cmp.Or(a.lastErr, abandonedCause(err)); cause != nil {
+			return nil, a.fail(errors.Join(ErrNotAcquired, cause)), true
+		}
+		return nil, a.fail(ErrNotAcquired), true
+	}
+	if !a.wait || !isTransient(err) {
+		return nil, a.fail(fmt.Errorf("shardlock: acquire %q: %w", a.tg.resource, err)), true
+	}
+	a.m.reloadTopology(a.ctx)
+	a.transient, a.lastErr = true, err
+	return nil, nil, false
+}
+
+// take makes the Lock of an attempt that took the key (sent at sendAt). It
+// asks for another attempt (again) when the reply came too late to use.
+func (a *acquirer) take(res attemptResult, sendAt time.Time) (_ *Lock, _ error, again bool) {
+	m, tg := a.m, a.tg
+	validFrom := sendAt
+	if res.status == attemptReplay && a.fw == nil && !a.firstAmbiguous.IsZero() {
+		// The key may have been set that early. (A fair waiter's re-check
+		// that finds its token sets the key's TTL anew.)
+		validFrom = a.firstAmbiguous
+	}
+	l := m.newLock(tg.resource, tg.key, a.token, a.tokenArg, res.fence, a.start, validFrom, a.ac)
+	if res.claimed {
+		l.onClaim(validFrom)
+	}
+	l.replicas = res.replicas
+	if tg.batch != nil {
+		l.multi = &batchInfo{resources: tg.batch.resources, keys: tg.batch.keys, fences: res.fences}
+		if len(res.fences) > 0 {
+			l.fence = res.fences[0]
+		}
+	}
+	if m.cfg.replicas > 0 && res.replicas < m.cfg.replicas && m.cfg.replicaPolicy == ReplicaFail {
+		m.orphan(tg, a.token, l.validUntil.Time())
+		return nil, &ReplicaAckError{Want: m.cfg.replicas, Got: res.replicas}, false
+	}
+	if !monoNow().Before(l.validUntil) {
+		// The reply came after the lock would have expired. The token
+		// goes to the orphan reaper, so later attempts need a token of
+		// their own.
+		m.orphan(tg, a.token, l.validUntil.Time())
+		if !a.wait {
+			return nil, ErrNotAcquired, false
+		}
+		a.token, a.firstAmbiguous = newToken(m.cfg.owner, time.Now()), time.Time{}
+		a.tokenArg = a.token
+		if a.fw != nil {
+			// Queue again, with the new token.
+			a.leaveRedisQueue()
+			a.fw = newFairWaiter(a.token, a.ac, a.waitUntil)
+			m.queues.setHead(a.queue, a.fw)
+		}
+		return nil, nil, true
+	}
+	if a.queue != nil {
+		m.queues.acquired(a.queue, a.fw, l)
+		a.fw = nil
+	}
+	if !m.sched.add(l) {
+		m.sched.releaseNow(l)
+		return nil, ErrClosed, false
+	}
+	if ce := m.log.Check(zap.DebugLevel, "lock acquired"); ce != nil {
+		ce.Write(m.fields(a.ctx, "acquired", l, zap.Duration("waited", time.Since(a.start)), zap.Int("attempts", a.sent))...)
+	}
+	return l, nil, false
+}
+
+// between decides, after an attempt that did not take the key (res), how
+// to go on: it ends the acquire (done) or waits for the next attempt.
+func (a *acquirer) between(res attemptResult) (*Lock, error, bool) {
+	notAcquired := ErrNotAcquired
+	if len(res.held) > 0 {
+		notAcquired = a.tg.batch.heldError(res.held)
+	}
+	if !a.wait {
+		return nil, a.fail(notAcquired), true
+	}
+	if !a.waiting && a.ac.cls != nil {
+		a.waiting = true
+		a.ac.cls.Waiting(1)
+	}
+	if a.tg.batch == nil && a.queue == nil {
+		// The next attempt comes at this waiter's turn in the queue,
+		// without a wait of the strategy's: the strategy still says
+		// whether there is one.
+		if a.ac.retry.NextBackoff(a.sent) < 0 {
+			return nil, a.stop(notAcquired), true
+		}
+		if err := a.queueUp(notAcquired); err != nil {
+			return nil, err, true
+		}
+		return nil, nil, false
+	}
+	if a.batchWatch {
+		if added := a.watchBatch(res.held); added {
+			// A key watched for the first time gets one more look at
+			// once, as it may have been freed before the subscription;
+			// the look is an attempt too.
+			if a.ac.retry.NextBackoff(a.sent) < 0 {
+				return nil, a.stop(notAcquired), true
+			}
+			return nil, nil, false
+		}
+		for _, k := range a.watched {
+			a.m.notify.refresh(k)
+		}
+	} else if a.m.notify != nil {
+		a.m.notify.refresh(a.tg.key)
+	}
+	// The retry strategy counts the attempts sent; a hand-over takes the
+	// lock without one.
+	d, ok := nextWait(a.ac.retry, a.sent, a.waitUntil)
+	if !ok {
+		return nil, a.stop(notAcquired), true
+	}
+	if a.fw != nil && !a.ac.retrySet {
+		// Queued, the default strategy re-checks at most every
+		// fairRecheck: the release before hands the lock over.
+		d = max(d, min(fairRecheck, time.Until(a.waitUntil)))
+	}
+	if a.transient {
+		// Redis failed rather than the lock being held: look again soon,
+		// so locking resumes as soon as a failover completes.
+		d, a.transient = min(d, transientRetry), false
+	}
+	if err := a.sleep(d, notAcquired); err != nil {
+		return nil, err, true
+	}
+	return nil, nil, false
+}
+
+// queueUp joins this process's queue for the resource and waits for this
+// waiter's turn to contend in Redis.
+func (a *acquirer) queueUp(notAcquired error) error {
+	m := a.m
+	q, err := m.queues.join(a.tg.key)
+	if err != nil {
+		return a.fail(err)
+	}
+	a.queue = q
+	// Every queued waiter watches the lock's channel, so it stays
+	// subscribed while this process has waiters: one subscription, not
+	// one per turn.
+	if m.notify != nil {
+		a.unwatch = m.notify.watch(a.ctx, a.tg.key, a.waitUntil)
+	}
+	if remaining := time.Until(a.waitUntil); remaining > 0 {
+		resetTimer(&a.timer, remaining)
+		select {
+		case <-q.turn:
+			a.myTurn = true
+		case <-a.ctx.Done():
+			return a.fail(errors.Join(notAcquired, a.ctx.Err()))
+		case <-m.closing:
+			return a.fail(ErrClosed)
+		case <-a.timer.C:
+		}
+	}
+	if !a.myTurn {
+		return a.fail(notAcquired)
+	}
+	if a.fair {
+		a.fw = newFairWaiter(a.token, a.ac, a.waitUntil)
+		// With a lock taken through this queue held, its release queues
+		// us (or hands us the lock): no attempt now.
+		a.skipOnce = m.queues.setHead(q, a.fw)
+	}
+	return nil
+}
+
+// watchBatch watches the channels of the batch keys found held (now
+// marked) that it does not watch yet, and reports whether there were any.
+func (a *acquirer) watchBatch(held []int) (added bool) {
+	keys := a.tg.batch.keys
+	for _, i := range held {
+		if i < 1 || i > len(keys) || slices.Contains(a.watched, keys[i-1]) {
+			continue
+		}
+		if a.wake == nil {
+			a.wake = make(chan struct{}, 1)
+		}
+		k := keys[i-1]
+		a.watched = append(a.watched, k)
+		a.unwatches = append(a.unwatches, a.m.notify.watchFree(a.ctx, k, a.waitUntil, a.wake))
+		added = true
+	}
+	return added
+}
+
+// sleep waits d for the next attempt, or less: a hand-over, a watched
+// batch key freed, or (a fair waiter) the moment the key may have expired
+// with nobody handing it over (recheckAt), unless a newer hand-over moved
+// that time on meanwhile. It returns the acquire's error when ctx ends or
+// the Manager closes.
+func (a *acquirer) sleep(d time.Duration, notAcquired error) error {
+	m := a.m
+	var grants chan grantMsg
+	if a.fw != nil {
+		grants = a.fw.ch
+	}
+	lookAt := time.Now().Add(d)
+	for {
+		wakeAt := lookAt
+		if a.fw != nil {
+			if at := m.queues.recheckAt(a.fw); !at.IsZero() && at.Before(wakeAt) {
+				wakeAt = at
+			}
+		}
+		resetTimer(&a.timer, time.Until(wakeAt))
+		select {
+		case <-a.ctx.Done():
+			return a.fail(errors.Join(notAcquired, a.ctx.Err()))
+		case <-m.closing:
+			return a.fail(ErrClosed)
+		case <-a.timer.C:
+			if wakeAt.Before(lookAt) {
+				if at := m.queues.recheckAt(a.fw); at.After(time.Now()) {
+					continue // moved on by a newer hand-over
+				}
+			}
+		case g := <-grants:
+			if !g.retry {
+				a.granted = &g
+			}
+		case <-a.wake: // a watched batch key was freed
+		}
+		if m.closed.Load() {
+			return a.fail(ErrClosed)
+		}
+		return nil
+	}
+}
+
+// stop ends a wait the strategy ends, saying why the last attempt failed
+// where it failed for a transient reason.
+func (a *acquirer) stop(notAcquired error) error {
+	if a.lastErr != nil {
+		return a.fail(errors.Join(notAcquired, a.lastErr))
+	}
+	return a.fail(notAcquired)
+}
+
+// fail ends the acquire with err. An attempt may still run on the server:
+// its token is released in the background so it cannot strand the key
+// until its TTL.
+func (a *acquirer) fail(err error) error {
+	a.orphanAmbiguous()
+	return err
+}
+
+// orphanAmbiguous hands the token to the reaper if an attempt whose
+// outcome was never learned may hold the key.
+func (a *acquirer) orphanAmbiguous() {
+	if !a.firstAmbiguous.IsZero() {
+		a.m.orphan(a.tg, a.token, a.firstAmbiguous.Add(a.ac.ttl))
+	}
+}
+
+// leaveRedisQueue takes this waiter out of the fair queue, and out of
+// Redis's queue if it was queued there.
+func (a *acquirer) leaveRedisQueue() {
+	if entry := a.m.queues.giveUp(a.queue, a.fw); entry != "" {
+		a.m.leaveQueued(a.ctx, a.tg.key, a.fw, entry)
+	}
+}
+
+// finish undoes what waiting set up: the channel watches, the timer, this
+// waiter's place in the queues (handing the turn on), the waiters gauge.
+func (a *acquirer) finish() {
+	if a.unwatch != nil {
+		a.unwatch()
+	}
+	if a.timer != nil {
+		a.timer.Stop()
+	}
+	if a.queue != nil {
+		if a.fw != nil {
+			a.leaveRedisQueue()
+		}
+		if a.myTurn {
+			a.queue.turn <- struct{}{} // the next local waiter contends
+		}
+		a.m.queues.leave(a.tg.key, a.queue)
+	}
+	for _, unwatch := range a.unwatches {
+		unwatch()
+	}
+	if a.waiting {
+		a.ac.cls.Waiting(-1)
+	}
+}
