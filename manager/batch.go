@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"time"
 
 	"github.com/shardlock/shardlock/internal/scripts"
 	"github.com/shardlock/shardlock/sharding"
@@ -269,38 +268,4 @@ func (l *Lock) scriptKeys() []string {
 		return l.multi.keys
 	}
 	return l.keys[:]
-}
-
-// releaseBatchOnce runs the batch release script: nil when every key was
-// released, else a *BatchReleaseError. ambiguous and validUntil work as in
-// releaseResult.
-func (l *Lock) releaseBatchOnce(ctx context.Context, ambiguous bool, validUntil time.Time) (result, redisErr error) {
-	sentAt := time.Now()
-	res, err := l.m.runScript(ctx, l.m.cmd, scripts.ReleaseBatch, l.multi.keys, l.args[:]...).Int64Slice()
-	if err != nil {
-		return nil, err
-	}
-	return l.batchReleaseResult(res, ambiguous, sentAt, validUntil), nil
-}
-
-// batchReleaseResult turns release_batch.lua's reply (sent at sentAt) into
-// nil or a *BatchReleaseError.
-func (l *Lock) batchReleaseResult(res []int64, ambiguous bool, sentAt, validUntil time.Time) error {
-	var be *BatchReleaseError
-	for i, r := range res {
-		e := releaseResult(r, nil, ambiguous, sentAt, validUntil)
-		if e == nil {
-			continue
-		}
-		if be == nil {
-			be = &BatchReleaseError{Results: map[string]error{}}
-		}
-		if i < len(l.multi.resources) {
-			be.Results[l.multi.resources[i]] = e
-		}
-	}
-	if be == nil {
-		return nil
-	}
-	return be
 }

@@ -11,7 +11,117 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/shardlock/shardlock/internal/scripts"
+	"github.com/shardlock/shardlock/metrics"
 )
+
+// TryAcquire makes one attempt to take the lock on resource.
+//
+// It returns ErrNotAcquired when another owner holds it, an
+// *InvalidArgumentError for bad input (before any round trip), ErrClosed
+// after Close, a *ReplicaAckError under WithReplicaAck(…, ReplicaFail), or
+// the Redis error.
+func (m *Manager) TryAcquire(ctx context.Context, resource string, opts ...AcquireOption) (*Lock, error) {
+	return m.acquire(ctx, resource, opts, false)
+}
+
+// Acquire takes the lock on resource, waiting while another owner holds it,
+// with the retry strategy, until the wait limit (default 30 s) or until ctx
+// ends. Transient Redis errors (a failover, a migrating slot) are retried the
+// same way.
+//
+// When the wait ends without the lock it returns an error that matches
+// ErrNotAcquired, and also ctx's error when ctx ended it, or the error of
+// the last attempt when Redis failed. Otherwise it returns what TryAcquire
+// returns.
+//
+// Every acquire returns by ctx's deadline (and Acquire by its wait limit)
+// whatever the client's timeouts and options; an attempt whose reply comes
+// later is released as soon as it comes. With ctx already ended it sends
+// nothing.
+func (m *Manager) Acquire(ctx context.Context, resource string, opts ...AcquireOption) (*Lock, error) {
+	return m.acquire(ctx, resource, opts, true)
+}
+
+func (m *Manager) acquire(ctx context.Context, resource string, opts []AcquireOption, wait bool) (*Lock, error) {
+	if err := m.usable(); err != nil {
+		return nil, err
+	}
+	ac, key, err := m.acquireConfig(resource, opts)
+	if err != nil {
+		m.mx.Class(metrics.ClassDefault).AcquireFailed(0, metrics.ReasonInvalid)
+		return nil, err
+	}
+	return m.acquireMeasured(ctx, target{resource: resource, key: key}, &ac, wait)
+}
+
+// acquireMeasured resolves the metrics class of tg, runs the acquire loop
+// and records its outcome.
+func (m *Manager) acquireMeasured(ctx context.Context, tg target, ac *acquireConfig, wait bool) (*Lock, error) {
+	m.resolveClass(ac, tg.resource)
+	start := time.Now()
+	l, err := m.acquireLoop(ctx, tg, ac, wait, start)
+	if ac.cls != nil {
+		if err == nil {
+			ac.cls.Acquired(time.Since(start))
+		} else {
+			ac.cls.AcquireFailed(time.Since(start), acquireReason(err, wait))
+		}
+	}
+	return l, err
+}
+
+// resolveClass sets ac.cls, the metrics class of an acquire of resource.
+func (m *Manager) resolveClass(ac *acquireConfig, resource string) {
+	if m.mx == nil {
+		return
+	}
+	name := ac.class
+	if name == "" && m.cfg.classFunc != nil {
+		name = m.cfg.classFunc(resource)
+	}
+	ac.cls = m.mx.Class(name)
+}
+
+// acquireReason is the metrics reason of an acquire's error.
+func acquireReason(err error, wait bool) string {
+	switch {
+	case errors.Is(err, ErrInvalidArgument):
+		return metrics.ReasonInvalid
+	case errors.Is(err, ErrClosed):
+		return metrics.ReasonClosed
+	case errors.Is(err, ErrReplicaAck):
+		return metrics.ReasonReplicaAck
+	case errors.Is(err, ErrTooManyWaiters):
+		return metrics.ReasonTooManyWaiters
+	case errors.Is(err, context.Canceled):
+		return metrics.ReasonCanceled
+	case errors.Is(err, context.DeadlineExceeded):
+		return metrics.ReasonTimeout
+	case errors.Is(err, ErrNotAcquired) && wait:
+		return metrics.ReasonTimeout
+	case errors.Is(err, ErrNotAcquired):
+		return metrics.ReasonContended
+	}
+	return metrics.ReasonRedisError
+}
+
+// target is what an acquire locks: one resource, or a batch in one slot.
+type target struct {
+	resource, key string     // the first (or only) resource and its key
+	batch         *batchInfo // nil for a single lock
+}
+
+// An acquire attempt's status: the acquire scripts' (scripts.AcquireHeld,
+// AcquireSet, AcquireOurs), which the plain SET NX paths give too.
+const (
+	attemptContended = int(scripts.AcquireHeld) // someone else holds the key
+	attemptFresh     = int(scripts.AcquireSet)  // this attempt set the key
+	attemptReplay    = int(scripts.AcquireOurs) // the key already held our token: an earlier attempt (or a re-send) set it
+)
+
+// transientRetry bounds the wait after an attempt that failed for a
+// transient reason (a failover, a migrating slot).
+const transientRetry = 100 * time.Millisecond
 
 // How an acquire works.
 //
@@ -487,4 +597,54 @@ func (a *acquirer) finish() {
 	if a.waiting {
 		a.ac.cls.Waiting(-1)
 	}
+}
+
+// nextWait returns how long to wait before retry n (1-based), bounded by
+// waitUntil, or false when the strategy or the wait limit says stop.
+func nextWait(retry RetryStrategy, n int, waitUntil time.Time) (time.Duration, bool) {
+	d := retry.NextBackoff(n)
+	remaining := time.Until(waitUntil)
+	if d < 0 || remaining <= 0 {
+		return 0, false
+	}
+	return min(d, remaining), true
+}
+
+// resetTimer arms *t for d, making it on first use.
+func resetTimer(t **time.Timer, d time.Duration) {
+	if *t == nil {
+		*t = time.NewTimer(d)
+		return
+	}
+	(*t).Reset(d)
+}
+
+// orphan hands a token that may hold the target's keys to the reaper.
+func (m *Manager) orphan(tg target, token string, deadline time.Time) {
+	if tg.batch == nil {
+		m.reap(tg.key, token, deadline)
+		return
+	}
+	for _, k := range tg.batch.keys {
+		m.reap(k, token, deadline)
+	}
+}
+
+// reap hands a token that may hold key, until deadline, to the watchdog's
+// reaper; after Close, when no reaper runs, it releases it once now
+// (bounded by a second), best effort.
+func (m *Manager) reap(key, token string, deadline time.Time) {
+	if m.sched.addOrphan(key, token, deadline) {
+		return
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), minTime(deadline, time.Now().Add(time.Second)))
+	defer cancel()
+	_ = m.runScript(ctx, m.client, scripts.Release, []string{key}, token).Err()
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }

@@ -1,0 +1,238 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/shardlock/shardlock/internal/scripts"
+	"github.com/shardlock/shardlock/sharding"
+)
+
+// attemptResult is what one acquire attempt learned.
+type attemptResult struct {
+	status   int // attemptContended, attemptFresh or attemptReplay
+	replicas int
+	fence    uint64
+	fences   []uint64 // a batch's
+	held     []int    // a contended batch's: indices of the keys others hold (1-based)
+	claimed  bool     // handed over on the claim lease (see fair.go)
+}
+
+// attemptArgs is one acquire attempt: a fair waiter's (fw set), a single
+// lock's or a batch's.
+type attemptArgs struct {
+	tg                  target
+	token               string
+	tokenArg            any
+	ac                  *acquireConfig
+	fw                  *fairWaiter
+	sendAt              time.Time
+	firstTry, queueNext bool // single lock: see attempt
+	first, mark         bool // batch: see attemptBatch
+}
+
+// send makes one acquire attempt, bounded by ctx and deadline (see
+// bounded). An attempt whose caller stopped waiting is settled when its
+// reply comes: a token that may hold the keys goes to the reaper at once.
+func (m *Manager) send(ctx context.Context, deadline time.Time, a attemptArgs) (attemptResult, error) {
+	if err := ctx.Err(); err != nil {
+		return attemptResult{}, err
+	}
+	bounds := m.cmdBounds
+	if m.cfg.replicas > 0 {
+		bounds = m.clientBounds // the write and its WAIT go through the client
+	}
+	if direct(ctx, deadline, bounds) {
+		return m.attemptSettled(ctx, &a)
+	}
+	b := a // captured by the exchange's goroutine; a stays on the stack
+	return exchangeOn(m, bounds, ctx, deadline, func(ctx context.Context) (attemptResult, error) {
+		return m.attemptSettled(ctx, &b)
+	}, func(res attemptResult, err error) {
+		// The caller has gone: whatever the attempt may hold is released,
+		// unless Redis said the key is someone else's or attemptSettled
+		// already handed it over.
+		if (err == nil && res.status != attemptContended) || (err != nil && !isAbandoned(err)) {
+			m.orphan(b.tg, b.token, b.sendAt.Add(b.ac.ttl))
+		}
+	})
+}
+
+// attemptSettled is attemptOnce that hands the token to the reaper when the
+// attempt was sent but its reply did not come in time (the coalescer's
+// abandoned call): the server may still run it and take the key.
+func (m *Manager) attemptSettled(ctx context.Context, a *attemptArgs) (attemptResult, error) {
+	res, err := m.attemptOnce(ctx, a)
+	if isAbandoned(err) {
+		m.orphan(a.tg, a.token, a.sendAt.Add(a.ac.ttl))
+	}
+	return res, err
+}
+
+// attemptOnce makes the attempt a describes.
+func (m *Manager) attemptOnce(ctx context.Context, a *attemptArgs) (res attemptResult, err error) {
+	switch {
+	case a.fw != nil:
+		res.status, res.fence, err = m.attemptQueued(ctx, a.tg.key, a.fw, a.ac)
+	case a.tg.batch == nil:
+		res.status, res.fence, res.replicas, err = m.attempt(ctx, a.tg.key, a.token, a.tokenArg, a.ac, a.firstTry, a.queueNext)
+	default:
+		res.status, res.fences, res.held, res.replicas, err = m.attemptBatch(ctx, a.tg.batch, a.token, a.ac, a.first, a.mark)
+	}
+	return res, err
+}
+
+// attempt makes one acquire attempt: one round trip, or two for a contended
+// first try that must tell a replay apart.
+//
+// A first try (firstTry) sends SET NX PX, whose "OK" is the uncontended
+// path's whole cost. A nil reply means another token holds the key, or
+// ours does: go-redis re-sends a command whose reply was lost, so a SET
+// that ran may answer nil. Unless the caller queues next (queueNext: the
+// queue script tells a replay apart), a GET finds out. Later tries send
+// SET NX PX GET, which answers both in one reply.
+func (m *Manager) attempt(ctx context.Context, key, token string, tokenArg any, ac *acquireConfig, firstTry, queueNext bool) (status int, fence uint64, replicas int, err error) {
+	ttlMs := ac.ttlMs
+	if m.cfg.replicas > 0 {
+		return m.attemptWait(ctx, key, token, ttlMs, ac)
+	}
+	if ac.fencing {
+		res, err := scripts.AcquireFenced.Run(ctx, m.cmd, []string{key, sharding.FenceKey(key)}, token, ttlMs).Slice()
+		status, fence, err := parseFenced(res, err)
+		return status, fence, 0, err
+	}
+	// A command whose reply did not come in time belongs to the coalescer:
+	// its error is all there is to read.
+	if !firstTry {
+		cmd := redis.NewStringCmd(ctx, "set", key, tokenArg, "px", ttlMs, "nx", "get")
+		if err := m.cmd.Process(ctx, cmd); isAbandoned(err) {
+			return 0, 0, 0, err
+		}
+		status, err = parseSetNXGet(cmd, token)
+		return status, 0, 0, err
+	}
+	set := redis.NewStatusCmd(ctx, "set", key, tokenArg, "px", ttlMs, "nx")
+	if err := m.cmd.Process(ctx, set); isAbandoned(err) {
+		return 0, 0, 0, err
+	}
+	switch err := set.Err(); {
+	case err == nil:
+		return attemptFresh, 0, 0, nil
+	case !errors.Is(err, redis.Nil):
+		return 0, 0, 0, err
+	case queueNext:
+		return attemptContended, 0, 0, nil
+	}
+	get := redis.NewStringCmd(ctx, "get", key)
+	if err := m.cmd.Process(ctx, get); isAbandoned(err) {
+		return 0, 0, 0, err
+	}
+	status, err = parseGet(get, token)
+	return status, 0, 0, err
+}
+
+// parseGet reads the GET after a SET NX that answered nil: our token (with
+// or without the queued mark) means the SET ran after all.
+func parseGet(cmd *redis.StringCmd, token string) (int, error) {
+	v, err := cmd.Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return attemptContended, nil // gone since: not ours
+	case isWrongType(err):
+		return attemptContended, nil // a key of another type: someone else's
+	case err != nil:
+		return 0, err
+	case isOurs(v, token):
+		return attemptReplay, nil
+	}
+	return attemptContended, nil
+}
+
+// isOurs reports whether a lock key's value v is token, with or without
+// QueuedMark.
+func isOurs(v, token string) bool {
+	return v == token || (len(v) == len(token)+1 && v[len(token):] == QueuedMark && v[:len(token)] == token)
+}
+
+// attemptWait writes the key and sends WAIT in one pipeline on the owning
+// master, so WAIT counts the replicas that have this write.
+func (m *Manager) attemptWait(ctx context.Context, key, token string, ttlMs any, ac *acquireConfig) (status int, fence uint64, replicas int, err error) {
+	fencing := ac.fencing
+	node, err := m.topo.masterFor(ctx, key)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	pipe := node.Pipeline()
+	var (
+		set   *redis.StringCmd
+		fcmd  *redis.Cmd
+		waitc *redis.Cmd
+	)
+	if fencing {
+		fcmd = scripts.AcquireFenced.Eval(ctx, pipe, []string{key, sharding.FenceKey(key)}, token, ttlMs)
+	} else {
+		set = redis.NewStringCmd(ctx, "set", key, token, "px", ttlMs, "nx", "get")
+		_ = pipe.Process(ctx, set)
+	}
+	waitc = pipe.Do(ctx, "wait", m.cfg.replicas, m.cfg.replicaTimeout.Milliseconds())
+	_, _ = pipe.Exec(ctx)
+	if fencing {
+		status, fence, err = parseFenced(fcmd.Slice())
+	} else {
+		status, err = parseSetNXGet(set, token)
+	}
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	if status == attemptContended {
+		return status, fence, 0, nil // nothing was written: no WAIT to read
+	}
+	return status, fence, m.replicaCount(waitc, "acquire"), nil
+}
+
+// replicaCount reads the WAIT sent after a write that succeeded (an
+// acquire or an extend, named by op). The one rule for a WAIT that fails
+// (an error reply, a connection lost after the write's reply): it counts
+// as no replica acknowledging, it is logged at WARN, and the replica policy
+// decides, as for any count below WithReplicaAck's.
+func (m *Manager) replicaCount(wait *redis.Cmd, op string) int {
+	n, err := wait.Int64()
+	if err != nil {
+		m.log.Warn("WAIT failed after "+op+"; counted as no replica acknowledging",
+			zap.String("event", "replica_ack_failed"), zap.Error(err))
+		return 0
+	}
+	return int(n)
+}
+
+func parseSetNXGet(cmd *redis.StringCmd, token string) (int, error) {
+	old, err := cmd.Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return attemptFresh, nil
+	case isWrongType(err):
+		return attemptContended, nil // a key of another type: someone else's, left alone
+	case err != nil:
+		return 0, err
+	case isOurs(old, token):
+		return attemptReplay, nil
+	}
+	return attemptContended, nil
+}
+
+func parseFenced(res []any, err error) (int, uint64, error) {
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(res) != 2 {
+		return 0, 0, fmt.Errorf("shardlock: unexpected acquire reply %v", res)
+	}
+	st, _ := res[0].(int64)
+	f, _ := res[1].(int64)
+	return int(st), uint64(f), nil
+}

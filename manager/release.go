@@ -1,0 +1,340 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/shardlock/shardlock/internal/scripts"
+)
+
+// How a release works.
+//
+// Lock.Release runs release.lua (release_batch.lua for a batch lock): a
+// compare-and-delete that, when waiters are queued (the key carries the
+// queued mark), hands the key to the first live one instead, or to this
+// process's next local waiter (fair.go). Transient errors are retried while
+// the lock is valid; a release that could not be confirmed goes on in the
+// background (the reaper) until the lock's TTL would end. Close and
+// MultiLock release many locks at once with releaseLocks: one pipeline per
+// node, the same scripts, the same results (releaseResult).
+
+// releaseAll releases what Close found held: locks and orphaned tokens.
+func (m *Manager) releaseAll(ctx context.Context, locks []*Lock, orphans []orphan) error {
+	if failed, err := m.releaseLocks(ctx, locks, orphans, time.Time{}); failed > 0 {
+		return fmt.Errorf("shardlock: close: %d locks not released: %w", failed, err)
+	}
+	return nil
+}
+
+// releaseLocks releases locks (single or batch) and orphaned tokens with one
+// pipeline per node, retrying transient failures until ctx ends or deadline
+// (zero: none). Each lock's outcome is recorded on it, as its Release
+// would; locks already released or lost are left alone. It returns how
+// many locks and tokens it could not release and the error that stopped it;
+// their tokens go to the orphan reaper.
+func (m *Manager) releaseLocks(ctx context.Context, locks []*Lock, orphans []orphan, deadline time.Time) (failed int, err error) {
+	type item struct {
+		key, token string // an orphaned token
+		lock       *Lock
+		ambiguous  bool // an earlier try's reply was lost
+	}
+	items := make([]item, 0, len(locks)+len(orphans))
+	for _, l := range locks {
+		if l.beginRelease() {
+			items = append(items, item{lock: l})
+		}
+	}
+	for _, o := range orphans {
+		items = append(items, item{key: o.key, token: o.token})
+	}
+	err = m.retryTransient(ctx, deadline, func(ctx context.Context) error {
+		calls := make([]scriptCall, len(items))
+		sentAt := time.Now()
+		for i, it := range items {
+			switch l := it.lock; {
+			case l == nil:
+				calls[i] = scriptCall{script: scripts.Release, keys: []string{it.key}, args: []any{it.token}}
+			case l.multi != nil:
+				calls[i] = scriptCall{script: scripts.ReleaseBatch, keys: l.multi.keys, args: l.args[:]}
+			default:
+				calls[i] = scriptCall{script: scripts.Release, keys: l.keys[:], args: l.args[:]}
+			}
+		}
+		if err := m.bounded(ctx, time.Time{}, func(ctx context.Context) error {
+			runBatch(ctx, m.client, calls)
+			return nil
+		}, nil); err != nil {
+			// No reply in time (calls belongs to the exchange now): all
+			// are left, their outcomes unknown.
+			for i := range items {
+				items[i].ambiguous = true
+			}
+			return err
+		}
+		var (
+			rest     []item
+			firstErr error
+		)
+		for i, c := range calls {
+			it := items[i]
+			err := c.cmd.Err()
+			if err != nil && isTransient(err) {
+				it.ambiguous = it.ambiguous || isAmbiguous(err)
+				rest = append(rest, it)
+				firstErr = err
+				continue
+			}
+			l := it.lock
+			if l == nil {
+				continue
+			}
+			var result error
+			switch {
+			case err != nil:
+				result = fmt.Errorf("shardlock: release: %w", err)
+			case l.multi != nil:
+				res, err := c.cmd.Int64Slice()
+				if result = err; err == nil {
+					result = l.batchReleaseResult(res, it.ambiguous, sentAt, l.validUntilNow())
+				}
+			default:
+				r, _, err := parseRelease(c.cmd.Result())
+				result = releaseResult(r, err, it.ambiguous, sentAt, l.validUntilNow())
+			}
+			l.finishRelease(result)
+		}
+		items = rest
+		return firstErr
+	})
+	for _, it := range items {
+		failed++
+		if l := it.lock; l != nil {
+			for _, k := range l.scriptKeys() {
+				m.sched.addOrphan(k, l.token, l.validUntilNow())
+			}
+			l.finishRelease(fmt.Errorf("shardlock: release: %w", err))
+		}
+	}
+	return failed, err
+}
+
+// releaseResult turns a release script reply into Release's error.
+// ambiguous says an earlier try of the same release may have run: then a
+// key found gone before the lock's validity ran out was deleted by us.
+//
+// r is release.lua's code: 1, 2 and 3 released (deleted or handed over), 0
+// gone, -1 held by another token. After a lost reply, while the lock was
+// valid, a key found gone or held by another token was released (or handed
+// over) by the earlier try.
+func releaseResult(r int64, err error, ambiguous bool, sentAt, validUntil time.Time) error {
+	if err != nil {
+		return fmt.Errorf("shardlock: release: %w", err)
+	}
+	switch {
+	case r == scripts.Done || r == scripts.HandedOver || r == scripts.HandedToNext:
+		return nil
+	case ambiguous && sentAt.Before(validUntil):
+		return nil
+	case r == scripts.Gone:
+		return ErrExpired
+	}
+	return ErrNotHeld
+}
+
+// parseRelease reads release.lua's reply: a status, or {HandedToNext,
+// fence}.
+func parseRelease(res any, err error) (code int64, fence uint64, _ error) {
+	if err != nil {
+		return 0, 0, err
+	}
+	switch v := res.(type) {
+	case int64:
+		return v, 0, nil
+	case []any:
+		if len(v) == 2 {
+			c, _ := v[0].(int64)
+			f, _ := v[1].(int64)
+			return c, uint64(f), nil
+		}
+	}
+	return 0, 0, fmt.Errorf("shardlock: unexpected release reply %v", res)
+}
+
+// beginRelease claims the release of a held lock, once, and stops the
+// watchdog's work on it.
+func (l *Lock) beginRelease() bool {
+	l.mu.Lock()
+	if l.state != stateHeld {
+		l.mu.Unlock()
+		return false
+	}
+	l.state = stateReleasing
+	watched := l.watched
+	l.mu.Unlock()
+	if watched {
+		l.m.sched.remove(l)
+	}
+	return true
+}
+
+// finishRelease ends a release claimed by beginRelease with its result.
+func (l *Lock) finishRelease(result error) {
+	if l.cls != nil { // no clock read without metrics
+		l.cls.Released(time.Since(l.acquiredAt), outcomeReason(result))
+	}
+	l.mu.Lock()
+	l.state = stateReleased
+	if result != nil {
+		if errors.Is(result, ErrNotHeld) || errors.Is(result, ErrExpired) {
+			l.err = lost(result)
+		} else {
+			l.err = result
+		}
+	}
+	l.endLocked(ErrReleased, true)
+	l.mu.Unlock()
+	l.m.queues.holderGone(l)
+}
+
+// Release gives the lock up with one compare-and-delete. It returns nil when
+// it deleted the key, ErrNotHeld when another owner holds the key now,
+// ErrExpired when the key is gone, and an error matching ErrLockLost
+// (without a round trip) when the lock was already known lost. Transient
+// errors are retried while ctx lasts and the lock is still valid; if the
+// release could not be confirmed, it goes on in the background until the
+// lock's TTL would end. With ctx already ended, Release sends nothing
+// itself: it returns ctx's error and the lock is released in the
+// background (it stops being renewed). Release returns by ctx's deadline
+// whatever the client's timeouts. A second Release makes no round trip
+// and returns the first result.
+func (l *Lock) Release(ctx context.Context) error {
+	if l.zero() {
+		return ErrNilLock
+	}
+	if ctx == nil {
+		return invalid("context", "nil")
+	}
+	m := l.m
+	l.mu.Lock()
+	switch l.state {
+	case stateLost:
+		err := l.err
+		l.mu.Unlock()
+		return err
+	case stateReleasing, stateReleased:
+		l.mu.Unlock()
+		select {
+		case <-l.Done(): // closes when the first Release finishes
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.releaseErrLocked()
+	}
+	l.state = stateReleasing
+	validUntil, watched := l.validUntil.Time(), l.watched
+	l.mu.Unlock()
+	if watched {
+		m.sched.remove(l) // else the scheduler drops it from its incoming list
+	}
+
+	var (
+		result    error
+		ambiguous bool
+		h         handover
+		handed    bool
+	)
+	err := m.retryTransient(ctx, validUntil, func(ctx context.Context) (err error) {
+		if l.multi != nil {
+			res, err := l.releaseBatchOnce(ctx, ambiguous, validUntil)
+			if err != nil {
+				ambiguous = ambiguous || isAmbiguous(err)
+				return err
+			}
+			result = res
+			return nil
+		}
+		var sentAt time.Time // read only when needed
+		if !handed {
+			// This process's next waiter for the key, if any, is queued
+			// (or handed the lock) by this release.
+			h, handed = m.queues.nextForRelease(l), true
+			sentAt = h.sentAt
+		} else if ambiguous || h.w != nil {
+			sentAt = time.Now()
+		}
+		var res any
+		if h.w == nil {
+			res, err = m.runScript(ctx, m.cmd, scripts.Release, l.keys[:], l.args[:]...).Result()
+		} else {
+			res, err = m.runScript(ctx, m.cmd, scripts.Release, l.keys[:], l.token, h.entry, luaFlag(h.local)).Result()
+		}
+		code, fence, err := parseRelease(res, err)
+		if err != nil {
+			ambiguous = ambiguous || isAmbiguous(err)
+			return err
+		}
+		if code == scripts.HandedOver {
+			m.queues.sawContended(l.key) // handed to a waiter queued in Redis
+		}
+		m.afterRelease(l, h, code, fence, sentAt, ambiguous)
+		h = handover{} // settled
+		result = releaseResult(code, nil, ambiguous, sentAt, validUntil)
+		return nil
+	})
+	if err != nil {
+		m.afterRelease(l, h, 0, 0, time.Time{}, ambiguous)
+		if ctx.Err() == nil && !time.Now().Before(validUntil) {
+			result = ErrExpired // retried until the key's TTL ran out
+		} else {
+			result = fmt.Errorf("shardlock: release: %w", err)
+		}
+		for _, k := range l.scriptKeys() {
+			m.sched.addOrphan(k, l.token, validUntil)
+		}
+	}
+	l.finishRelease(result)
+	if ce := m.log.Check(zap.DebugLevel, "lock released"); ce != nil {
+		ce.Write(m.fields(ctx, "released", l, zap.Duration("held", time.Since(l.acquiredAt)), zap.Error(result))...)
+	}
+	return result
+}
+
+// releaseBatchOnce runs the batch release script: nil when every key was
+// released, else a *BatchReleaseError. ambiguous and validUntil work as in
+// releaseResult.
+func (l *Lock) releaseBatchOnce(ctx context.Context, ambiguous bool, validUntil time.Time) (result, redisErr error) {
+	sentAt := time.Now()
+	res, err := l.m.runScript(ctx, l.m.cmd, scripts.ReleaseBatch, l.multi.keys, l.args[:]...).Int64Slice()
+	if err != nil {
+		return nil, err
+	}
+	return l.batchReleaseResult(res, ambiguous, sentAt, validUntil), nil
+}
+
+// batchReleaseResult turns release_batch.lua's reply (sent at sentAt) into
+// nil or a *BatchReleaseError.
+func (l *Lock) batchReleaseResult(res []int64, ambiguous bool, sentAt, validUntil time.Time) error {
+	var be *BatchReleaseError
+	for i, r := range res {
+		e := releaseResult(r, nil, ambiguous, sentAt, validUntil)
+		if e == nil {
+			continue
+		}
+		if be == nil {
+			be = &BatchReleaseError{Results: map[string]error{}}
+		}
+		if i < len(l.multi.resources) {
+			be.Results[l.multi.resources[i]] = e
+		}
+	}
+	if be == nil {
+		return nil
+	}
+	return be
+}
