@@ -3,7 +3,6 @@ package manager_test
 import (
 	"context"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -179,37 +178,17 @@ func TestRealDeadHolderFreeAtTTL(t *testing.T) {
 	})
 }
 
-// countSetNX counts the SET ... NX commands a client sends, alone or in
-// pipelines.
-type countSetNX struct{ n *atomic.Int64 }
-
-func (h countSetNX) count(cmd redis.Cmder) {
-	if cmd.Name() == "set" && slices.ContainsFunc(cmd.Args(), func(a any) bool { return a == "nx" }) {
-		h.n.Add(1)
-	}
-}
-func (h countSetNX) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h countSetNX) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { h.count(cmd); return next(ctx, cmd) }
-}
-func (h countSetNX) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, c := range cmds {
-			h.count(c)
-		}
-		return next(ctx, cmds)
-	}
-}
-
 // A process whose release handed the lock to a waiter queued in Redis
 // knows the lock is contended: its next waiting Acquire goes straight to
 // the queue script, with no SET NX first.
 func TestRealContendedKeyQueuesAtOnce(t *testing.T) {
 	ctx := ctxT(t)
-	var setNX atomic.Int64
+	setNX := &matchHook{match: func(cmd redis.Cmder) bool {
+		return cmd.Name() == "set" && slices.ContainsFunc(cmd.Args(), func(a any) bool { return a == "nx" })
+	}}
 	c := redis.NewClient(&redis.Options{Addr: testenv.StandaloneAddr(t), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
-	c.AddHook(countSetNX{&setNX})
+	c.AddHook(setNX)
 	mine := newManager(t, c, manager.WithOwner("mine"))
 	other := newManager(t, testenv.Standalone(t), manager.WithOwner("other"))
 	res := testenv.Unique("hint")
@@ -230,7 +209,7 @@ func TestRealContendedKeyQueuesAtOnce(t *testing.T) {
 	if theirs.err != nil {
 		t.Fatal(theirs.err)
 	}
-	before := setNX.Load()
+	before := setNX.n.Load()
 	again := make(chan acquired, 1)
 	go func() {
 		l, err := mine.Acquire(ctx, res)
@@ -244,7 +223,7 @@ func TestRealContendedKeyQueuesAtOnce(t *testing.T) {
 	if a.err != nil {
 		t.Fatal(a.err)
 	}
-	if n := setNX.Load() - before; n != 0 {
+	if n := setNX.n.Load() - before; n != 0 {
 		t.Fatalf("the Acquire of a contended key sent %d SET NX before queueing", n)
 	}
 	if err := a.l.Release(ctx); err != nil {

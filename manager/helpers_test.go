@@ -175,3 +175,29 @@ func unwrapCmd(cmd redis.Cmder) redis.Cmder {
 	}
 	return cmd
 }
+
+// matchHook counts the commands a client sends, alone or in pipelines,
+// that match.
+type matchHook struct {
+	match func(redis.Cmder) bool
+	n     atomic.Int64
+}
+
+func (h *matchHook) count(cmd redis.Cmder) {
+	if h.match(cmd) {
+		h.n.Add(1)
+	}
+}
+
+func (h *matchHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *matchHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.count(cmd); return next(ctx, cmd) }
+}
+func (h *matchHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		for _, c := range cmds {
+			h.count(c)
+		}
+		return next(ctx, cmds)
+	}
+}

@@ -1,9 +1,7 @@
 package manager_test
 
 import (
-	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,36 +14,17 @@ import (
 
 // attemptHook counts the acquire attempts sent for one lock key: a SET of
 // the key, or a script whose first key it is.
-type attemptHook struct {
-	key string
-	n   atomic.Int64
-}
-
-func (h *attemptHook) count(cmd redis.Cmder) {
-	args := cmd.Args()
-	switch cmd.Name() {
-	case "set":
-		if len(args) > 1 && args[1] == h.key {
-			h.n.Add(1)
+func attemptHook(key string) *matchHook {
+	return &matchHook{match: func(cmd redis.Cmder) bool {
+		args := cmd.Args()
+		switch cmd.Name() {
+		case "set":
+			return len(args) > 1 && args[1] == key
+		case "evalsha", "eval":
+			return len(args) > 3 && args[3] == key
 		}
-	case "evalsha", "eval":
-		if len(args) > 3 && args[3] == h.key {
-			h.n.Add(1)
-		}
-	}
-}
-
-func (h *attemptHook) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *attemptHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error { h.count(cmd); return next(ctx, cmd) }
-}
-func (h *attemptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, c := range cmds {
-			h.count(c)
-		}
-		return next(ctx, cmds)
-	}
+		return false
+	}}
 }
 
 // A retry strategy means what it says with the fair queue on: NoRetry
@@ -74,7 +53,7 @@ func TestRealRetryStrategyIsExact(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer func() { _ = l.Release(ctx) }()
-			h := &attemptHook{key: l.Key()}
+			h := attemptHook(l.Key())
 			c := redis.NewClient(&redis.Options{Addr: testenv.StandaloneAddr(t)})
 			t.Cleanup(func() { _ = c.Close() })
 			c.AddHook(h)
