@@ -256,7 +256,7 @@ func TestRealBatchFirstAttempt(t *testing.T) {
 			}
 		}
 		hook.n.Store(0) // the next script runs twice
-		l, err := m.TryAcquireBatch(ctx, res, manager.AcquireWithFencing())
+		l, err := m.TryAcquireBatch(ctx, res, manager.WithFencing(true))
 		if err != nil {
 			t.Fatalf("batch after a re-sent script: %v", err)
 		}

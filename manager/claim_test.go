@@ -67,7 +67,7 @@ func TestRealDeadWaiterCostsOneLease(t *testing.T) {
 
 		got := make(chan acquired, 1)
 		go func() {
-			l, err := liveM.Acquire(ctx, res, manager.AcquireWithWait(8*time.Second))
+			l, err := liveM.Acquire(ctx, res, manager.WithWait(8*time.Second))
 			got <- acquired{l: l, err: err, when: time.Now()}
 		}()
 		eventually(t, 5*time.Second, "live waiter queued", func() bool { return queueLen(t, admin, key) == 2 })

@@ -55,7 +55,7 @@
 //
 // A lock is a lease: a holder paused longer than its TTL (GC, a stalled VM)
 // can resume believing it still holds the lock. No lock service can rule
-// that out. With fencing ([WithFencing], [AcquireWithFencing]),
+// that out. With fencing ([WithFencing]),
 // [Lock.Fence] is a number that rises with every acquisition of a resource;
 // the protected storage must reject a write whose fence is lower than one it
 // has seen. A fence is the larger of its counter plus one and the master's

@@ -74,8 +74,8 @@ func ExampleManager_Acquire_retry() {
 	holder, _ := m.TryAcquire(ctx, "job:import")
 	// Wait at most 100 ms, retrying every ~10 ms.
 	_, err := m.Acquire(ctx, "job:import",
-		manager.AcquireWithWait(100*time.Millisecond),
-		manager.AcquireWithRetry(manager.LinearBackoff(10*time.Millisecond)))
+		manager.WithWait(100*time.Millisecond),
+		manager.WithRetry(manager.LinearBackoff(10*time.Millisecond)))
 	fmt.Println(errors.Is(err, manager.ErrNotAcquired))
 	_ = holder.Release(ctx)
 	// Output: true
@@ -107,7 +107,7 @@ func ExampleLock_Extend() {
 	m, _ := manager.New(client, manager.WithWatchdog(false))
 	defer m.Close(ctx)
 
-	lock, _ := m.TryAcquire(ctx, "cache:rebuild", manager.AcquireWithTTL(time.Second))
+	lock, _ := m.TryAcquire(ctx, "cache:rebuild", manager.WithTTL(time.Second))
 	if err := lock.Extend(ctx, time.Minute); err != nil {
 		panic(err)
 	}
@@ -129,7 +129,7 @@ func ExampleLock_Fence() {
 	// one it has seen.
 	var last uint64
 	for range 3 {
-		lock, _ := m.TryAcquire(ctx, "ledger", manager.AcquireWithFencing())
+		lock, _ := m.TryAcquire(ctx, "ledger", manager.WithFencing(true))
 		fmt.Println(lock.Fence() > last)
 		last = lock.Fence()
 		_ = lock.Release(ctx)
@@ -220,7 +220,7 @@ func ExampleManager_AcquireAny() {
 		}
 		held = append(held, l)
 	}
-	_, err := m.AcquireAny(ctx, "export-slots", 3, manager.AcquireWithWait(50*time.Millisecond))
+	_, err := m.AcquireAny(ctx, "export-slots", 3, manager.WithWait(50*time.Millisecond))
 	fmt.Println("a fourth:", errors.Is(err, manager.ErrNotAcquired))
 	for _, l := range held {
 		_ = l.Release(ctx)

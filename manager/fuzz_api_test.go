@@ -75,19 +75,19 @@ func (in *fuzzInput) acquireOptions() []manager.AcquireOption {
 	for range in.pick(4) {
 		switch in.pick(8) {
 		case 0:
-			opts = append(opts, manager.AcquireWithTTL(in.duration()))
+			opts = append(opts, manager.WithTTL(in.duration()))
 		case 1:
-			opts = append(opts, manager.AcquireWithWait(min(in.duration(), 20*time.Millisecond)))
+			opts = append(opts, manager.WithWait(min(in.duration(), 20*time.Millisecond)))
 		case 2:
-			opts = append(opts, manager.AcquireWithRetry(in.retry()))
+			opts = append(opts, manager.WithRetry(in.retry()))
 		case 3:
-			opts = append(opts, manager.AcquireWithFencing())
+			opts = append(opts, manager.WithFencing(true))
 		case 4:
-			opts = append(opts, manager.AcquireWithMaxHold(in.duration()))
+			opts = append(opts, manager.WithMaxHold(in.duration()))
 		case 5:
-			opts = append(opts, manager.AcquireWithWatchdog(in.pick(2) == 0))
+			opts = append(opts, manager.WithWatchdog(in.pick(2) == 0))
 		case 6:
-			opts = append(opts, manager.AcquireWithClass(in.resource()))
+			opts = append(opts, manager.WithClass(in.resource()))
 		default:
 			opts = append(opts, nil)
 		}
@@ -153,7 +153,7 @@ func FuzzPublicAPI(f *testing.F) {
 					locks = append(locks, l)
 				}
 			case 1:
-				l, err := m.Acquire(cctx, in.resource(), append(in.acquireOptions(), manager.AcquireWithWait(10*time.Millisecond))...)
+				l, err := m.Acquire(cctx, in.resource(), append(in.acquireOptions(), manager.WithWait(10*time.Millisecond))...)
 				check("Acquire", err)
 				if err == nil {
 					locks = append(locks, l)
@@ -166,19 +166,19 @@ func FuzzPublicAPI(f *testing.F) {
 				}
 			case 3:
 				ml, err := m.AcquireMulti(cctx, []string{in.resource(), in.resource(), in.resource()},
-					append(in.acquireOptions(), manager.AcquireWithWait(10*time.Millisecond))...)
+					append(in.acquireOptions(), manager.WithWait(10*time.Millisecond))...)
 				check("AcquireMulti", err)
 				if err == nil {
 					multis = append(multis, ml)
 				}
 			case 4:
-				l, err := m.AcquireAny(cctx, in.resource(), in.pick(5), append(in.acquireOptions(), manager.AcquireWithWait(10*time.Millisecond))...)
+				l, err := m.AcquireAny(cctx, in.resource(), in.pick(5), append(in.acquireOptions(), manager.WithWait(10*time.Millisecond))...)
 				check("AcquireAny", err)
 				if err == nil {
 					locks = append(locks, l)
 				}
 			case 5:
-				l, err := m.AcquireStripe(cctx, in.resource(), in.pick(5), in.resource(), append(in.acquireOptions(), manager.AcquireWithWait(10*time.Millisecond))...)
+				l, err := m.AcquireStripe(cctx, in.resource(), in.pick(5), in.resource(), append(in.acquireOptions(), manager.WithWait(10*time.Millisecond))...)
 				check("AcquireStripe", err)
 				if err == nil {
 					locks = append(locks, l)
@@ -192,7 +192,7 @@ func FuzzPublicAPI(f *testing.F) {
 							panic("fuzz")
 						}
 						return nil
-					}, append(in.acquireOptions(), manager.AcquireWithWait(10*time.Millisecond))...)
+					}, append(in.acquireOptions(), manager.WithWait(10*time.Millisecond))...)
 					check("Do", err)
 				}()
 			case 7:

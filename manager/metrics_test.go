@@ -85,7 +85,7 @@ func TestMetricsCountTheWorkload(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := m.Acquire(ctx, "jobs-1", manager.AcquireWithWait(20*time.Millisecond)); !errors.Is(err, manager.ErrNotAcquired) {
+	if _, err := m.Acquire(ctx, "jobs-1", manager.WithWait(20*time.Millisecond)); !errors.Is(err, manager.ErrNotAcquired) {
 		t.Fatal(err)
 	}
 	if got := series(t, reg, metrics.LocksHeld, "jobs"); got != 1 {
@@ -105,7 +105,7 @@ func TestMetricsCountTheWorkload(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A class outside the allowed set.
-	l, err := m.TryAcquire(ctx, "stock-1", manager.AcquireWithClass("stock"))
+	l, err := m.TryAcquire(ctx, "stock-1", manager.WithClass("stock"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -79,7 +79,7 @@ func TestRealMultiNoDeadlock(t *testing.T) {
 			set := sets[(i+j)%2]
 			wg.Go(func() {
 				for ctx.Err() == nil {
-					ml, err := m.AcquireMulti(ctx, set, manager.AcquireWithWait(time.Second))
+					ml, err := m.AcquireMulti(ctx, set, manager.WithWait(time.Second))
 					if err != nil {
 						if ctx.Err() == nil {
 							failed.Add(1)

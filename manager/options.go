@@ -100,10 +100,32 @@ func (f optionFunc) apply(c *config) { f(c) }
 // or '}'. The default is "shardlock:".
 func WithKeyPrefix(p string) Option { return optionFunc(func(c *config) { c.prefix = p }) }
 
-// WithTTL sets the default lock TTL, in [MinTTL, MaxTTL]. The default is 10 s:
-// a crashed holder blocks others for at most that long, and the watchdog
+// Setting is an option that New takes as the Manager's default and that an
+// acquire call takes for that call alone: WithTTL, WithWait, WithRetry,
+// WithWatchdog, WithMaxHold and WithFencing.
+type Setting struct {
+	manager func(*config)
+	acquire func(*acquireConfig)
+}
+
+func (s Setting) apply(c *config) {
+	if s.manager != nil {
+		s.manager(c)
+	}
+}
+
+func (s Setting) applyAcquire(c *acquireConfig) {
+	if s.acquire != nil {
+		s.acquire(c)
+	}
+}
+
+// WithTTL sets the lock TTL, in [MinTTL, MaxTTL]. The default is 10 s: a
+// crashed holder blocks others for at most that long, and the watchdog
 // renews a live holder every TTL/3.
-func WithTTL(d time.Duration) Option { return optionFunc(func(c *config) { c.ttl = d }) }
+func WithTTL(d time.Duration) Setting {
+	return Setting{func(c *config) { c.ttl = d }, func(c *acquireConfig) { c.ttl = d }}
+}
 
 // WithOwner sets the owner id written into every token (at most
 // MaxOwnerLen bytes of printable UTF-8). The default is "<hostname>:<pid>".
@@ -112,19 +134,24 @@ func WithOwner(id string) Option { return optionFunc(func(c *config) { c.owner =
 // WithLogger sets the logger. The default is zap.NewNop().
 func WithLogger(l *zap.Logger) Option { return optionFunc(func(c *config) { c.logger = l }) }
 
-// WithRetry sets Acquire's default retry strategy. The default is DefaultRetry().
-func WithRetry(s RetryStrategy) Option {
-	return optionFunc(func(c *config) { c.retry, c.retrySet = s, true })
+// WithRetry sets Acquire's retry strategy, followed to the letter. The
+// default is DefaultRetry().
+func WithRetry(s RetryStrategy) Setting {
+	return Setting{func(c *config) { c.retry, c.retrySet = s, true }, func(c *acquireConfig) { c.retry, c.retrySet = s, true }}
 }
 
-// WithWait sets Acquire's default wait limit, in [0, MaxWait]. The default
-// is 30 s. The caller's context can end the wait sooner.
-func WithWait(d time.Duration) Option { return optionFunc(func(c *config) { c.wait = d }) }
+// WithWait sets Acquire's wait limit, in [0, MaxWait]. The default is 30 s.
+// The caller's context can end the wait sooner.
+func WithWait(d time.Duration) Setting {
+	return Setting{func(c *config) { c.wait = d }, func(c *acquireConfig) { c.wait = d }}
+}
 
 // WithWatchdog turns automatic renewal of held locks on or off. The default
 // is on. Without it a lock lives for its TTL unless extended, and its
 // Context is cancelled when the TTL runs out.
-func WithWatchdog(on bool) Option { return optionFunc(func(c *config) { c.watchdog = on }) }
+func WithWatchdog(on bool) Setting {
+	return Setting{func(c *config) { c.watchdog = on }, func(c *acquireConfig) { c.watchdog = on }}
+}
 
 // WithRenewInterval sets how often the watchdog renews a lock: at least
 // MinRenewInterval and below the TTL. The default (0) is TTL/3.
@@ -136,7 +163,9 @@ func WithRenewInterval(d time.Duration) Option {
 // at that age and cancels its Context with ErrMaxHoldExceeded (the hard
 // fuse against a holder stuck forever). The default (0) is no limit; a max
 // hold beyond any reachable time (math.MaxInt64) is no limit either.
-func WithMaxHold(d time.Duration) Option { return optionFunc(func(c *config) { c.maxHold = d }) }
+func WithMaxHold(d time.Duration) Setting {
+	return Setting{func(c *config) { c.maxHold = d }, func(c *acquireConfig) { c.maxHold = d }}
+}
 
 // WithRenewClient sends the watchdog's renewals through a client of their
 // own, so a busy main pool cannot starve them. The default is the main client.
@@ -144,9 +173,11 @@ func WithRenewClient(rc redis.UniversalClient) Option {
 	return optionFunc(func(c *config) { c.renewClient = rc })
 }
 
-// WithFencing makes every acquire take a fencing token (see Lock.Fence).
-// The default is off; AcquireWithFencing turns it on for one acquire.
-func WithFencing(on bool) Option { return optionFunc(func(c *config) { c.fencing = on }) }
+// WithFencing makes acquires take a fencing token (see Lock.Fence). The
+// default is off.
+func WithFencing(on bool) Setting {
+	return Setting{func(c *config) { c.fencing = on }, func(c *acquireConfig) { c.fencing = on }}
+}
 
 // WithReplicaAck makes acquire and Extend wait, with WAIT n timeout on the
 // connection that wrote the key, until n replicas have the write. policy
@@ -213,7 +244,7 @@ func WithMaxLocalWaiters(n int) Option { return optionFunc(func(c *config) { c.m
 func WithMetrics(m *metrics.Metrics) Option { return optionFunc(func(c *config) { c.metrics = m }) }
 
 // WithClassFunc names the metrics lock class of a resource when the acquire
-// does not (AcquireWithClass). It must return a small set of names: a
+// does not (WithClass). It must return a small set of names: a
 // prefix of the resource, say, never the resource itself (past the
 // metrics' class cap, classes fold into "overflow"). The default is
 // "default" for every lock.
@@ -304,14 +335,14 @@ func printable(s string) bool {
 	return true
 }
 
-// AcquireOption configures one acquire.
+// AcquireOption configures one acquire: a Setting, or WithClass.
 type AcquireOption interface{ applyAcquire(*acquireConfig) }
 
 type acquireConfig struct {
 	ttl      time.Duration
 	wait     time.Duration
 	retry    RetryStrategy
-	retrySet bool // retry is the caller's (WithRetry, AcquireWithRetry), followed to the letter
+	retrySet bool // retry is the caller's (WithRetry, WithRetry), followed to the letter
 	fencing  bool
 	maxHold  time.Duration
 	watchdog bool
@@ -325,40 +356,10 @@ type acquireOptionFunc func(*acquireConfig)
 
 func (f acquireOptionFunc) applyAcquire(c *acquireConfig) { f(c) }
 
-// AcquireWithClass names the metrics lock class of this lock (see
-// WithClassFunc).
-func AcquireWithClass(name string) AcquireOption {
+// WithClass names the metrics lock class of the lock an acquire takes
+// (see WithClassFunc, which names it when no WithClass is given).
+func WithClass(name string) AcquireOption {
 	return acquireOptionFunc(func(c *acquireConfig) { c.class = name })
-}
-
-// AcquireWithTTL sets this lock's TTL, in [MinTTL, MaxTTL].
-func AcquireWithTTL(d time.Duration) AcquireOption {
-	return acquireOptionFunc(func(c *acquireConfig) { c.ttl = d })
-}
-
-// AcquireWithWait sets how long Acquire may wait, in [0, MaxWait].
-func AcquireWithWait(d time.Duration) AcquireOption {
-	return acquireOptionFunc(func(c *acquireConfig) { c.wait = d })
-}
-
-// AcquireWithRetry sets the retry strategy of this acquire.
-func AcquireWithRetry(s RetryStrategy) AcquireOption {
-	return acquireOptionFunc(func(c *acquireConfig) { c.retry, c.retrySet = s, true })
-}
-
-// AcquireWithFencing takes a fencing token with this lock (see Lock.Fence).
-func AcquireWithFencing() AcquireOption {
-	return acquireOptionFunc(func(c *acquireConfig) { c.fencing = true })
-}
-
-// AcquireWithMaxHold sets this lock's max hold (0: none).
-func AcquireWithMaxHold(d time.Duration) AcquireOption {
-	return acquireOptionFunc(func(c *acquireConfig) { c.maxHold = d })
-}
-
-// AcquireWithWatchdog turns automatic renewal on or off for this lock.
-func AcquireWithWatchdog(on bool) AcquireOption {
-	return acquireOptionFunc(func(c *acquireConfig) { c.watchdog = on })
 }
 
 // defaultAcquireConfig is the acquire configuration without options, made

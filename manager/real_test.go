@@ -74,7 +74,7 @@ func TestRealExtendNeverRecreates(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, c redis.UniversalClient) {
 		m := newManager(t, c, manager.WithWatchdog(false))
 		ctx := ctxT(t)
-		l, err := m.TryAcquire(ctx, testenv.Unique("res"), manager.AcquireWithTTL(2*time.Second))
+		l, err := m.TryAcquire(ctx, testenv.Unique("res"), manager.WithTTL(2*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,7 +103,7 @@ func TestRealExpiry(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, c redis.UniversalClient) {
 		m := newManager(t, c, manager.WithWatchdog(false))
 		ctx := ctxT(t)
-		l, err := m.TryAcquire(ctx, testenv.Unique("res"), manager.AcquireWithTTL(200*time.Millisecond))
+		l, err := m.TryAcquire(ctx, testenv.Unique("res"), manager.WithTTL(200*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,7 +121,7 @@ func TestRealWatchdogRenews(t *testing.T) {
 		m := newManager(t, c)
 		ctx := ctxT(t)
 		ttl := 300 * time.Millisecond
-		l, err := m.TryAcquire(ctx, testenv.Unique("res"), manager.AcquireWithTTL(ttl))
+		l, err := m.TryAcquire(ctx, testenv.Unique("res"), manager.WithTTL(ttl))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -174,8 +174,8 @@ func TestRealMaxHold(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, c redis.UniversalClient) {
 		m := newManager(t, c)
 		ctx := ctxT(t)
-		l, err := m.TryAcquire(ctx, testenv.Unique("res"), manager.AcquireWithTTL(300*time.Millisecond),
-			manager.AcquireWithMaxHold(400*time.Millisecond))
+		l, err := m.TryAcquire(ctx, testenv.Unique("res"), manager.WithTTL(300*time.Millisecond),
+			manager.WithMaxHold(400*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -149,7 +149,7 @@ func TestRealReplayedHandOver(t *testing.T) {
 		got := make(chan acquired, 2)
 		for i, w := range ws {
 			go func() {
-				l, err := w.Acquire(ctx, res, manager.AcquireWithWait(20*time.Second))
+				l, err := w.Acquire(ctx, res, manager.WithWait(20*time.Second))
 				got <- acquired{who: i, l: l, err: err}
 			}()
 			eventually(t, 5*time.Second, "waiter queued", func() bool { return queueLen(t, c, l.Key()) == int64(i+1) })

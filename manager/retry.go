@@ -13,7 +13,7 @@ import (
 // and returns the pause before the next one, or a negative duration to stop
 // retrying. An attempt is a round trip to Redis; a lock handed over by the
 // release before is taken without one. A strategy given with WithRetry or
-// AcquireWithRetry is followed exactly, queued or not: NoRetry makes one
+// WithRetry is followed exactly, queued or not: NoRetry makes one
 // attempt, LimitRetry(s, n) n. The default strategy's waits while queued
 // in the fair queue are at least 100 ms (the release hands the lock over
 // at once). It is called concurrently by every waiting Acquire of a Manager,

@@ -59,7 +59,7 @@ func TestRealRetryStrategyIsExact(t *testing.T) {
 			c.AddHook(h)
 			m := newManager(t, c)
 			start := time.Now()
-			_, err = m.Acquire(ctx, res, manager.AcquireWithRetry(tt.retry), manager.AcquireWithWait(10*time.Second))
+			_, err = m.Acquire(ctx, res, manager.WithRetry(tt.retry), manager.WithWait(10*time.Second))
 			took := time.Since(start)
 			if !errors.Is(err, manager.ErrNotAcquired) {
 				t.Fatalf("Acquire on a held lock: %v", err)

@@ -95,9 +95,9 @@ func TestRealClassNamesThatAreNotLabels(t *testing.T) {
 		opts     []manager.AcquireOption
 	}{
 		{"class func, not UTF-8", "\xff:" + testenv.Unique("1"), nil},
-		{"AcquireWithClass, not UTF-8", testenv.Unique("a"), []manager.AcquireOption{manager.AcquireWithClass("\xff")}},
-		{"AcquireWithClass, control", testenv.Unique("b"), []manager.AcquireOption{manager.AcquireWithClass("a\x00b")}},
-		{"AcquireWithClass, too long", testenv.Unique("c"), []manager.AcquireOption{manager.AcquireWithClass(strings.Repeat("x", 65))}},
+		{"WithClass, not UTF-8", testenv.Unique("a"), []manager.AcquireOption{manager.WithClass("\xff")}},
+		{"WithClass, control", testenv.Unique("b"), []manager.AcquireOption{manager.WithClass("a\x00b")}},
+		{"WithClass, too long", testenv.Unique("c"), []manager.AcquireOption{manager.WithClass(strings.Repeat("x", 65))}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -75,7 +75,7 @@ func TestRealHungServer(t *testing.T) {
 			{
 				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 				start := time.Now()
-				_, err := m.Acquire(cctx, "late-first", manager.AcquireWithTTL(30*time.Second), manager.AcquireWithWait(300*time.Millisecond))
+				_, err := m.Acquire(cctx, "late-first", manager.WithTTL(30*time.Second), manager.WithWait(300*time.Millisecond))
 				cancel()
 				if !errors.Is(err, manager.ErrNotAcquired) {
 					t.Errorf("Acquire with a wait limit: %v, want ErrNotAcquired", err)
@@ -91,7 +91,7 @@ func TestRealHungServer(t *testing.T) {
 			start := time.Now()
 			for i := range calls {
 				wg.Go(func() {
-					res, ttl := fmt.Sprintf("late-%d", i), manager.AcquireWithTTL(30*time.Second)
+					res, ttl := fmt.Sprintf("late-%d", i), manager.WithTTL(30*time.Second)
 					var err error
 					switch i % 3 {
 					case 0: // bounded by its context
@@ -113,7 +113,7 @@ func TestRealHungServer(t *testing.T) {
 					default: // bounded by its wait limit, well before its context
 						cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 						defer cancel()
-						if _, err = m.Acquire(cctx, res, ttl, manager.AcquireWithWait(300*time.Millisecond)); !errors.Is(err, manager.ErrNotAcquired) {
+						if _, err = m.Acquire(cctx, res, ttl, manager.WithWait(300*time.Millisecond)); !errors.Is(err, manager.ErrNotAcquired) {
 							err = fmt.Errorf("Acquire with a wait limit: %v, want ErrNotAcquired", err)
 						} else {
 							err = nil
@@ -222,7 +222,7 @@ func TestDeadAddressHonoursTheWait(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	m := newManager(t, c, manager.WithStartupCheck(0))
 	start := time.Now()
-	_, err := m.Acquire(context.Background(), "r", manager.AcquireWithWait(500*time.Millisecond))
+	_, err := m.Acquire(context.Background(), "r", manager.WithWait(500*time.Millisecond))
 	d := time.Since(start)
 	if !errors.Is(err, manager.ErrNotAcquired) {
 		t.Fatalf("got %v, want ErrNotAcquired", err)

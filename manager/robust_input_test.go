@@ -41,7 +41,7 @@ func TestRetryStrategiesThatWouldPanicAreRefused(t *testing.T) {
 				t.Fatalf("New = %v, want ErrInvalidArgument", err)
 			}
 			before := hook.seen.Load()
-			_, err := m.Acquire(ctx, "r", manager.AcquireWithRetry(tt.give))
+			_, err := m.Acquire(ctx, "r", manager.WithRetry(tt.give))
 			if !errors.Is(err, manager.ErrInvalidArgument) {
 				t.Fatalf("Acquire = %v, want ErrInvalidArgument", err)
 			}
@@ -84,7 +84,7 @@ func TestBackoffsWithExtremeArguments(t *testing.T) {
 	}
 	defer held.Release(ctx)
 	for _, tt := range tests {
-		_, err := m.Acquire(ctx, "busy", manager.AcquireWithRetry(tt.give), manager.AcquireWithWait(20*time.Millisecond))
+		_, err := m.Acquire(ctx, "busy", manager.WithRetry(tt.give), manager.WithWait(20*time.Millisecond))
 		if !errors.Is(err, manager.ErrNotAcquired) {
 			t.Fatalf("%s: Acquire = %v, want ErrNotAcquired", tt.name, err)
 		}
@@ -145,7 +145,7 @@ func TestMaxHoldBeyondTheEndOfTime(t *testing.T) {
 		acq  []manager.AcquireOption
 	}{
 		{"WithMaxHold", []manager.Option{manager.WithMaxHold(math.MaxInt64)}, nil},
-		{"AcquireWithMaxHold", nil, []manager.AcquireOption{manager.AcquireWithMaxHold(math.MaxInt64)}},
+		{"WithMaxHold", nil, []manager.AcquireOption{manager.WithMaxHold(math.MaxInt64)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -158,7 +158,7 @@ func TestMaxHoldBeyondTheEndOfTime(t *testing.T) {
 			}
 			// A second lock with a short max hold: once the watchdog has
 			// fired it, it has looked at every lock due before.
-			probe, err := m.TryAcquire(ctx, "probe", manager.AcquireWithMaxHold(20*time.Millisecond))
+			probe, err := m.TryAcquire(ctx, "probe", manager.WithMaxHold(20*time.Millisecond))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -251,7 +251,7 @@ func TestZeroWaitTakesFreeMulti(t *testing.T) {
 		mgr  []manager.Option
 		acq  []manager.AcquireOption
 	}{
-		{"AcquireWithWait(0)", nil, []manager.AcquireOption{manager.AcquireWithWait(0)}},
+		{"WithWait(0)", nil, []manager.AcquireOption{manager.WithWait(0)}},
 		{"WithWait(0)", []manager.Option{manager.WithWait(0)}, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -60,7 +60,7 @@ func TestRealFenceCounterJunkLeavesNothing(t *testing.T) {
 				return []string{keyOf(res)}, err
 			}},
 			{"Acquire", func(res string) ([]string, error) {
-				_, err := m.Acquire(ctx, res, manager.AcquireWithWait(time.Second))
+				_, err := m.Acquire(ctx, res, manager.WithWait(time.Second))
 				return []string{keyOf(res)}, err
 			}},
 			{"Acquire handed over by a release", func(res string) ([]string, error) {
@@ -70,7 +70,7 @@ func TestRealFenceCounterJunkLeavesNothing(t *testing.T) {
 				}
 				done := make(chan error, 1)
 				go func() {
-					_, err := m.Acquire(ctx, res, manager.AcquireWithWait(5*time.Second))
+					_, err := m.Acquire(ctx, res, manager.WithWait(5*time.Second))
 					done <- err
 				}()
 				eventually(t, 5*time.Second, "waiter queued", func() bool {
@@ -145,11 +145,11 @@ func TestRealForeignKeyIsHeldAndLeftAlone(t *testing.T) {
 		}{
 			{"TryAcquire", func(res string) error { _, err := m.TryAcquire(ctx, res); return err }},
 			{"TryAcquire fenced", func(res string) error {
-				_, err := m.TryAcquire(ctx, res, manager.AcquireWithFencing())
+				_, err := m.TryAcquire(ctx, res, manager.WithFencing(true))
 				return err
 			}},
 			{"Acquire", func(res string) error {
-				_, err := m.Acquire(ctx, res, manager.AcquireWithWait(300*time.Millisecond))
+				_, err := m.Acquire(ctx, res, manager.WithWait(300*time.Millisecond))
 				return err
 			}},
 			{"TryAcquireBatch", func(res string) error {
@@ -158,7 +158,7 @@ func TestRealForeignKeyIsHeldAndLeftAlone(t *testing.T) {
 			}},
 			{"AcquireBatch", func(res string) error {
 				_, err := m.AcquireBatch(ctx, []string{"{" + res + "}:free", "{" + res + "}"},
-					manager.AcquireWithWait(300*time.Millisecond))
+					manager.WithWait(300*time.Millisecond))
 				return err
 			}},
 		}
@@ -268,7 +268,7 @@ func TestRealTamperedQueue(t *testing.T) {
 			}
 			got := make(chan error, 1)
 			go func() {
-				l, err := m.Acquire(ctx, res, manager.AcquireWithWait(5*time.Second))
+				l, err := m.Acquire(ctx, res, manager.WithWait(5*time.Second))
 				if err == nil {
 					err = l.Release(ctx)
 				}

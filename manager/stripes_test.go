@@ -69,7 +69,7 @@ func TestAcquireAnyPool(t *testing.T) {
 	if len(seen) != 3 {
 		t.Fatalf("3 permits taken as %v", seen)
 	}
-	if _, err := m.AcquireAny(ctx, "pool", 3, manager.AcquireWithWait(20*time.Millisecond)); !errors.Is(err, manager.ErrNotAcquired) {
+	if _, err := m.AcquireAny(ctx, "pool", 3, manager.WithWait(20*time.Millisecond)); !errors.Is(err, manager.ErrNotAcquired) {
 		t.Fatalf("a fourth holder: %v", err)
 	}
 	_ = held[1].Release(ctx)
@@ -199,7 +199,7 @@ func TestRealAcquireAnyRoundTrips(t *testing.T) {
 	}
 	// All taken: a try reads and gives up, with no attempt.
 	trips.Store(0)
-	if _, err := m.AcquireAny(ctx, pool, permits, manager.AcquireWithWait(0)); !errors.Is(err, manager.ErrNotAcquired) {
+	if _, err := m.AcquireAny(ctx, pool, permits, manager.WithWait(0)); !errors.Is(err, manager.ErrNotAcquired) {
 		t.Fatalf("full pool: %v", err)
 	}
 	if got := trips.Load(); got > 3 {

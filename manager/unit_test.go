@@ -83,17 +83,17 @@ func TestBadInputMakesNoRoundTrip(t *testing.T) {
 		{"resource with stray brace", func() error { _, err := m.TryAcquire(ctx, "a}b"); return err }},
 		{"resource with reserved suffix", func() error { _, err := m.TryAcquire(ctx, "x:fence"); return err }},
 		{"ttl too short", func() error {
-			_, err := m.TryAcquire(ctx, "r", manager.AcquireWithTTL(time.Microsecond))
+			_, err := m.TryAcquire(ctx, "r", manager.WithTTL(time.Microsecond))
 			return err
 		}},
 		{"ttl not above renew interval", func() error {
-			_, err := m.Acquire(ctx, "r", manager.AcquireWithTTL(time.Second))
+			_, err := m.Acquire(ctx, "r", manager.WithTTL(time.Second))
 			return err
 		}},
-		{"negative wait", func() error { _, err := m.Acquire(ctx, "r", manager.AcquireWithWait(-1)); return err }},
-		{"nil retry", func() error { _, err := m.Acquire(ctx, "r", manager.AcquireWithRetry(nil)); return err }},
+		{"negative wait", func() error { _, err := m.Acquire(ctx, "r", manager.WithWait(-1)); return err }},
+		{"nil retry", func() error { _, err := m.Acquire(ctx, "r", manager.WithRetry(nil)); return err }},
 		{"negative max hold", func() error {
-			_, err := m.Acquire(ctx, "r", manager.AcquireWithMaxHold(-time.Second))
+			_, err := m.Acquire(ctx, "r", manager.WithMaxHold(-time.Second))
 			return err
 		}},
 		{"nil context", func() error {
@@ -173,7 +173,7 @@ func TestTryAcquireAndReleaseResults(t *testing.T) {
 			}
 
 			// Someone else holds the key now.
-			l2, err := m.TryAcquire(ctx, "order:1", manager.AcquireWithWatchdog(false))
+			l2, err := m.TryAcquire(ctx, "order:1", manager.WithWatchdog(false))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -190,7 +190,7 @@ func TestTryAcquireAndReleaseResults(t *testing.T) {
 			mr.Del(l2.Key())
 
 			// The key expired.
-			l3, err := m.TryAcquire(ctx, "order:1", manager.AcquireWithWatchdog(false))
+			l3, err := m.TryAcquire(ctx, "order:1", manager.WithWatchdog(false))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -279,12 +279,12 @@ func TestAcquireEndsWithContextOrWaitLimit(t *testing.T) {
 		t.Fatalf("Acquire with a cancelled context = %v", err)
 	}
 
-	_, err = m.Acquire(ctx, "r", manager.AcquireWithWait(30*time.Millisecond))
+	_, err = m.Acquire(ctx, "r", manager.WithWait(30*time.Millisecond))
 	if !errors.Is(err, manager.ErrNotAcquired) || errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Acquire past its wait limit = %v, want ErrNotAcquired only", err)
 	}
 
-	_, err = m.Acquire(ctx, "r", manager.AcquireWithRetry(manager.LimitRetry(manager.LinearBackoff(time.Millisecond), 3)))
+	_, err = m.Acquire(ctx, "r", manager.WithRetry(manager.LimitRetry(manager.LinearBackoff(time.Millisecond), 3)))
 	if !errors.Is(err, manager.ErrNotAcquired) {
 		t.Fatalf("Acquire past its attempts = %v", err)
 	}
@@ -343,7 +343,7 @@ func TestWatchdogDetectsLoss(t *testing.T) {
 func TestNoWatchdogLockEndsAtTTL(t *testing.T) {
 	_, c := miniClient(t)
 	m := newManager(t, c, manager.WithWatchdog(false))
-	l, err := m.TryAcquire(ctxT(t), "r", manager.AcquireWithTTL(50*time.Millisecond))
+	l, err := m.TryAcquire(ctxT(t), "r", manager.WithTTL(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -377,7 +377,7 @@ func TestExtendAndTTL(t *testing.T) {
 	mr, c := miniClient(t)
 	m := newManager(t, c, manager.WithWatchdog(false))
 	ctx := ctxT(t)
-	l, err := m.TryAcquire(ctx, "r", manager.AcquireWithTTL(time.Second))
+	l, err := m.TryAcquire(ctx, "r", manager.WithTTL(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -545,7 +545,7 @@ func TestTryAcquireAfterHiddenResend(t *testing.T) {
 	}
 	// A waiting acquire goes on to the queue script, which finds the token.
 	hook.n.Store(0)
-	l, err = m.Acquire(ctxT(t), "r", manager.AcquireWithWait(time.Second))
+	l, err = m.Acquire(ctxT(t), "r", manager.WithWait(time.Second))
 	if err != nil {
 		t.Fatalf("Acquire after a re-sent SET = %v", err)
 	}
@@ -605,7 +605,7 @@ func TestTraceIDAndFieldsInLogs(t *testing.T) {
 	m := newManager(t, c, manager.WithLogger(logger), manager.WithOwner("svc-1"),
 		manager.WithTraceID(func(ctx context.Context) string { s, _ := ctx.Value(key{}).(string); return s }))
 	ctx := context.WithValue(ctxT(t), key{}, "trace-42")
-	l, err := m.TryAcquire(ctx, "r", manager.AcquireWithFencing())
+	l, err := m.TryAcquire(ctx, "r", manager.WithFencing(true))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -787,7 +787,7 @@ func TestLateReplyIsNotAcquired(t *testing.T) {
 	m := newManager(t, c, manager.WithCoalescing(false), manager.WithWatchdog(false),
 		manager.WithRetry(manager.LinearBackoff(time.Millisecond)))
 	ctx := ctxT(t)
-	ttl := manager.AcquireWithTTL(50 * time.Millisecond)
+	ttl := manager.WithTTL(50 * time.Millisecond)
 
 	hook.n.Store(1)
 	if _, err := m.TryAcquire(ctx, "r", ttl); !errors.Is(err, manager.ErrNotAcquired) {

@@ -9,7 +9,7 @@
 // # Cardinality
 //
 // The only labels are a lock class and a closed set of reasons. A lock class
-// is named by the caller (manager.AcquireWithClass, manager.WithClassFunc);
+// is named by the caller (manager.WithClass, manager.WithClassFunc);
 // [Options.Classes] fixes the allowed set (any other class is counted as
 // "other"), and at most [Options.MaxClasses] distinct classes are ever
 // used (later ones are counted as "overflow"). Lock keys, resources and

@@ -52,7 +52,7 @@ func startDemo(ctx context.Context, client redis.UniversalClient, reg prometheus
 					case <-ctx.Done():
 					}
 					return nil
-				}, manager.AcquireWithWait(time.Second))
+				}, manager.WithWait(time.Second))
 			}
 		})
 	}
@@ -64,7 +64,7 @@ func startDemo(ctx context.Context, client redis.UniversalClient, reg prometheus
 				case <-ctx.Done():
 				}
 				return nil
-			}, manager.AcquireWithWait(time.Second))
+			}, manager.WithWait(time.Second))
 		}
 	})
 	return d, nil

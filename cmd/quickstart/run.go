@@ -55,7 +55,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	for w := range *workers {
 		wg.Go(func() {
 			for range *rounds {
-				l, err := m.Acquire(ctx, "demo:invoice-run", manager.AcquireWithFencing())
+				l, err := m.Acquire(ctx, "demo:invoice-run", manager.WithFencing(true))
 				if err != nil {
 					mu.Lock()
 					firstEr = errors.Join(firstEr, fmt.Errorf("worker %d: %w", w, err))
@@ -82,7 +82,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		*workers, "demo:invoice-run", len(fences), fences[0], fences[len(fences)-1])
 
 	// 2. A lock deleted behind its holder's back is reported lost.
-	l, err := m.TryAcquire(ctx, "demo:lost", manager.AcquireWithTTL(300*time.Millisecond))
+	l, err := m.TryAcquire(ctx, "demo:lost", manager.WithTTL(300*time.Millisecond))
 	if err != nil {
 		return err
 	}

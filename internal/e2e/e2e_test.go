@@ -170,7 +170,7 @@ func TestAlertsReachWebhookAndDashboardsHaveData(t *testing.T) {
 	defer cancel()
 	wg.Go(func() {
 		for i := 0; ctx.Err() == nil; i++ {
-			l, err := m.Acquire(ctx, fmt.Sprintf("order:%d", i%4), manager.AcquireWithWait(200*time.Millisecond))
+			l, err := m.Acquire(ctx, fmt.Sprintf("order:%d", i%4), manager.WithWait(200*time.Millisecond))
 			if err == nil {
 				time.Sleep(5 * time.Millisecond)
 				_ = l.Release(ctx)

@@ -50,7 +50,7 @@ func TestScanAndProbeCluster(t *testing.T) {
 		}
 		defer m.Close(ctx)
 		for i := range 50 {
-			if _, err := m.TryAcquire(ctx, fmt.Sprintf("order:%d", i), manager.AcquireWithFencing()); err != nil {
+			if _, err := m.TryAcquire(ctx, fmt.Sprintf("order:%d", i), manager.WithFencing(true)); err != nil {
 				t.Fatal(err)
 			}
 		}
