@@ -838,3 +838,28 @@ func TestLostErrorFamily(t *testing.T) {
 		t.Fatalf("Release = %v", err)
 	}
 }
+
+// A Setting given to an acquire call overrides the manager's default for
+// that call only: fencing can be turned off for one lock.
+func TestSettingPerCall(t *testing.T) {
+	_, c := miniClient(t)
+	m := newManager(t, c, manager.WithFencing(true), manager.WithTTL(5*time.Second))
+	ctx := ctxT(t)
+	plain, err := m.TryAcquire(ctx, "setting-a", manager.WithFencing(false), manager.WithTTL(2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fenced, err := m.TryAcquire(ctx, "setting-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain.Fence() != 0 || fenced.Fence() == 0 {
+		t.Fatalf("fences %d (fencing off for the call) and %d (the default)", plain.Fence(), fenced.Fence())
+	}
+	if ttl, _ := plain.TTL(ctx); ttl > 2*time.Second {
+		t.Fatalf("per-call TTL not applied: %v", ttl)
+	}
+	if ttl, _ := fenced.TTL(ctx); ttl <= 2*time.Second {
+		t.Fatalf("the manager's TTL not applied: %v", ttl)
+	}
+}
