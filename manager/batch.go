@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/shardlock/shardlock/internal/scripts"
 	"github.com/shardlock/shardlock/sharding"
 )
@@ -263,6 +264,15 @@ func (l *Lock) Fences() []uint64 {
 }
 
 // scriptKeys returns the keys a script call on the lock names.
+// extendScript is the script that extends l: extend.lua, or its batch form.
+func (l *Lock) extendScript() *redis.Script {
+	if l.multi != nil {
+		return scripts.ExtendBatch
+	}
+	return scripts.Extend
+}
+
+// scriptKeys are the keys l's scripts take: its key, or a batch's keys.
 func (l *Lock) scriptKeys() []string {
 	if l.multi != nil {
 		return l.multi.keys

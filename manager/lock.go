@@ -398,11 +398,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 			}, nil)
 			r, replicas = out.r, out.replicas
 		} else {
-			script := scripts.Extend
-			if l.multi != nil {
-				script = scripts.ExtendBatch
-			}
-			r, err = m.runScript(ctx, m.cmd, script, l.scriptKeys(), l.token, ttlMs).Int64()
+			r, err = m.runScript(ctx, m.cmd, l.extendScript(), l.scriptKeys(), l.token, ttlMs).Int64()
 		}
 		return err
 	})
@@ -444,12 +440,8 @@ func (m *Manager) extendWait(ctx context.Context, l *Lock, ttlMs string) (int64,
 	if err != nil {
 		return 0, 0, err
 	}
-	script := scripts.Extend
-	if l.multi != nil {
-		script = scripts.ExtendBatch
-	}
 	pipe := node.Pipeline()
-	ext := script.Eval(ctx, pipe, l.scriptKeys(), l.token, ttlMs)
+	ext := l.extendScript().Eval(ctx, pipe, l.scriptKeys(), l.token, ttlMs)
 	wait := pipe.Do(ctx, "wait", m.cfg.replicas, m.cfg.replicaTimeout.Milliseconds())
 	_, _ = pipe.Exec(ctx)
 	r, err := ext.Int64()

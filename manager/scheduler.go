@@ -335,11 +335,7 @@ func (s *scheduler) process(nowTime time.Time, due []*Lock, orphans []orphan) {
 				deadline = l.validUntil.Time()
 			}
 			renewals = append(renewals, r)
-			script := scripts.Extend
-			if l.multi != nil {
-				script = scripts.ExtendBatch
-			}
-			calls = append(calls, scriptCall{script: script, keys: l.scriptKeys(),
+			calls = append(calls, scriptCall{script: l.extendScript(), keys: l.scriptKeys(),
 				args: []any{l.token, strconv.FormatInt(r.ttl.Milliseconds(), 10)}})
 		}
 		d, slack := l.nextDueLocked()
