@@ -263,7 +263,6 @@ func (l *Lock) Fences() []uint64 {
 	return []uint64{l.fence}
 }
 
-// scriptKeys returns the keys a script call on the lock names.
 // extendScript is the script that extends l: extend.lua, or its batch form.
 func (l *Lock) extendScript() *redis.Script {
 	if l.multi != nil {
