@@ -154,9 +154,9 @@ func parseGet(cmd *redis.StringCmd, token string) (int, error) {
 }
 
 // isOurs reports whether a lock key's value v is token, with or without
-// QueuedMark.
+// sharding.QueuedMark.
 func isOurs(v, token string) bool {
-	return v == token || (len(v) == len(token)+1 && v[len(token):] == QueuedMark && v[:len(token)] == token)
+	return v == token || (len(v) == len(token)+1 && v[len(token):] == sharding.QueuedMark && v[:len(token)] == token)
 }
 
 // attemptWait writes the key and sends WAIT in one pipeline on the owning

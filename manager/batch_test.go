@@ -336,7 +336,7 @@ func testBatchWaiterWoken(t *testing.T, c redis.UniversalClient, held []string) 
 	for _, l := range locks {
 		for _, k := range l.Keys() {
 			eventually(t, 5*time.Second, "waiter watching "+k, func() bool {
-				return shardSubscribers(t, c, k) >= 1 && strings.HasSuffix(c.Get(ctx, k).Val(), manager.QueuedMark)
+				return shardSubscribers(t, c, k) >= 1 && strings.HasSuffix(c.Get(ctx, k).Val(), sharding.QueuedMark)
 			})
 		}
 		// The holder's lock, marked, renews and reports its TTL.

@@ -23,10 +23,10 @@ func TestParseSetNXGetReplayWithMark(t *testing.T) {
 	}{
 		{nil: true, want: attemptFresh},
 		{old: tok, want: attemptReplay},
-		{old: tok + QueuedMark, want: attemptReplay},
+		{old: tok + sharding.QueuedMark, want: attemptReplay},
 		{old: tok + "x", want: attemptContended},
-		{old: tok[:len(tok)-1] + QueuedMark, want: attemptContended},
-		{old: "other" + QueuedMark, want: attemptContended},
+		{old: tok[:len(tok)-1] + sharding.QueuedMark, want: attemptContended},
+		{old: "other" + sharding.QueuedMark, want: attemptContended},
 	} {
 		cmd := redis.NewStringCmd(context.Background())
 		if tt.nil {
@@ -63,13 +63,13 @@ func TestLateHandoverReplyKeepsWaitersLock(t *testing.T) {
 	}
 	// The release ran on the server: the key is w's. w's re-check saw its
 	// token and took the lock before the release's reply came.
-	mr.Set(holder.key, w.token+QueuedMark)
+	mr.Set(holder.key, w.token+sharding.QueuedMark)
 	wl := m.newLock("r", holder.key, w.token, w.token, 0, time.Now(), time.Now(), &ac)
 	m.queues.acquired(q, w, wl)
 	// No reaper runs: a reaped token would be released at once, here.
 	m.sched.stop()
 	m.afterRelease(holder, h, 3, 0, time.Now(), false)
-	if got, _ := mr.Get(holder.key); got != w.token+QueuedMark {
+	if got, _ := mr.Get(holder.key); got != w.token+sharding.QueuedMark {
 		t.Fatalf("the waiter's lock was released behind its back: key holds %q", got)
 	}
 }

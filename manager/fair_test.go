@@ -67,7 +67,7 @@ func TestRealFairQueueOrder(t *testing.T) {
 			t.Fatalf("queue TTL %v", ttl)
 		}
 		// A queued waiter marks the key; its holder still owns it.
-		if v := c.Get(ctx, key).Val(); v != holder.Token()+manager.QueuedMark {
+		if v := c.Get(ctx, key).Val(); v != holder.Token()+sharding.QueuedMark {
 			t.Fatalf("key holds %q with waiters queued", v)
 		}
 		if ttl, err := holder.TTL(ctx); err != nil || ttl <= 0 {
@@ -160,7 +160,7 @@ func TestRealFairQueueSkipsDeadEntries(t *testing.T) {
 			t.Fatal(err)
 		}
 		// As a waiter that queues marks the key.
-		if err := c.SetArgs(ctx, holder.Key(), holder.Token()+manager.QueuedMark, redis.SetArgs{KeepTTL: true}).Err(); err != nil {
+		if err := c.SetArgs(ctx, holder.Key(), holder.Token()+sharding.QueuedMark, redis.SetArgs{KeepTTL: true}).Err(); err != nil {
 			t.Fatal(err)
 		}
 		if err := holder.Release(ctx); err != nil {

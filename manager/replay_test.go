@@ -165,7 +165,7 @@ func TestRealReplayedHandOver(t *testing.T) {
 		if first.err != nil || first.who != 0 {
 			t.Fatalf("handed to waiter %d: %v", first.who, first.err)
 		}
-		if v := c.Get(ctx, l.Key()).Val(); v != first.l.Token() && v != first.l.Token()+manager.QueuedMark {
+		if v := c.Get(ctx, l.Key()).Val(); v != first.l.Token() && v != first.l.Token()+sharding.QueuedMark {
 			t.Fatalf("key holds %q, not the first waiter's token", v)
 		}
 		if n := queueLen(t, c, l.Key()); n != 1 {

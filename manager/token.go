@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/shardlock/shardlock/sharding"
 )
 
 // Token format, version 1:
@@ -74,20 +76,14 @@ func newToken(owner string, now time.Time) string {
 	return sb.String()
 }
 
-// QueuedMark follows the token in a lock key's value while waiters may be
-// queued for the lock in Redis (see the fair queue in WithNotifications):
-// its release then hands the lock over instead of deleting the key. Owner
-// ids are printable, so no token ends in it.
-const QueuedMark = "\x1e"
-
 // ParseToken reads a token made by shardlock (the value stored at a lock
-// key, with or without one QueuedMark). It accepts exactly what shardlock
+// key, with or without one sharding.QueuedMark). It accepts exactly what shardlock
 // writes: the version, a decimal time without sign or leading zeros, 22
 // characters of canonical base64url, and an owner id as WithOwner accepts
 // it. It returns ErrBadToken for anything else. The exporter uses it to
 // find locks held too long.
 func ParseToken(s string) (TokenInfo, error) {
-	s = strings.TrimSuffix(s, QueuedMark)
+	s = strings.TrimSuffix(s, sharding.QueuedMark)
 	parts := strings.SplitN(s, ".", 4)
 	if len(parts) != 4 || parts[0] != TokenVersion || len(parts[2]) != randomChars || !decimal(parts[1]) {
 		return TokenInfo{}, ErrBadToken

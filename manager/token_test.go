@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shardlock/shardlock/sharding"
 )
 
 func TestTokenRoundTrip(t *testing.T) {
@@ -33,7 +35,7 @@ func TestParseTokenAcceptsTimeZero(t *testing.T) {
 func TestParseTokenWithQueuedMark(t *testing.T) {
 	now := time.UnixMilli(1700000000123)
 	tok := newToken("svc-1", now)
-	info, err := ParseToken(tok + QueuedMark)
+	info, err := ParseToken(tok + sharding.QueuedMark)
 	if err != nil || info.Owner != "svc-1" || !info.AcquiredAt.Equal(now) {
 		t.Fatalf("%+v, %v", info, err)
 	}
@@ -55,7 +57,7 @@ func TestParseTokenRejects(t *testing.T) {
 		"sl1.01." + parts[2] + ".o",                          // leading zero
 		"sl1..x" + parts[2][1:] + ".o",                       // empty time
 		"sl1.99999999999999999999." + parts[2] + ".o",        // past int64
-		good + QueuedMark + QueuedMark,                       // double mark
+		good + sharding.QueuedMark + sharding.QueuedMark,     // double mark
 		"sl1.1." + parts[2][:21] + "B.o",                     // non-canonical base64 (stray low bits)
 		"sl1.1." + parts[2] + "." + strings.Repeat("o", 257), // owner too long
 	}

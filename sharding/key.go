@@ -18,6 +18,12 @@ const (
 	OutcomeSuffix = ":outcome"
 )
 
+// QueuedMark follows the token in a lock key's value while waiters may be
+// queued for the lock in Redis: the lock's release then hands it over
+// instead of deleting the key. Owner ids are printable, so no token ends
+// in it.
+const QueuedMark = "\x1e"
+
 // ErrBadResource reports a resource name that cannot be made into a lock key
 // whose helper keys share its slot; see [LockKey].
 var ErrBadResource = errors.New("sharding: resource cannot be used as a lock name")

@@ -10,6 +10,7 @@
 -- else {1, fence...} when this call set the keys, {2, fence...} when every
 -- key already held this token (a re-sent attempt; a key may hold it with
 -- release.lua's queued mark "\30"). Fences only with fencing.
+-- #include prelude.lua
 local fencing = ARGV[3] == '1'
 local n = #KEYS
 if fencing then n = n / 2 end
@@ -52,12 +53,11 @@ if ARGV[4] == '1' then
     redis.call('DEL', unpack(KEYS, 1, i - 1))
   end
 end
-local marked = ARGV[1] .. '\30'
 local cur = redis.call('MGET', unpack(KEYS, 1, n))
 local held, mine, vals = {}, 0, {}
 for j = 1, n do
   local v = cur[j]
-  if v == ARGV[1] or v == marked then
+  if is_mine(v, ARGV[1]) then
     mine = mine + 1
     vals[j] = v -- kept as it is: the queued mark of release.lua stays
   elseif v or redis.call('EXISTS', KEYS[j]) == 1 then
@@ -70,7 +70,7 @@ if #held > 0 then
       local v = cur[j]
       -- Only a shardlock token gets the mark: anything else is left as it is.
       if v and string.sub(v, 1, 4) == 'sl1.' and string.byte(v, -1) ~= 30 then
-        redis.call('SET', KEYS[j], v .. '\30', 'KEEPTTL')
+        redis.call('SET', KEYS[j], v .. QUEUED_MARK, 'KEEPTTL')
       end
     end
   end

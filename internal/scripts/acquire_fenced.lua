@@ -9,13 +9,14 @@
 -- The fence is taken (fence.lua, included below) before the key is set: a
 -- counter that is not an integer makes an error reply with nothing written.
 -- #include fence.lua
+-- #include prelude.lua
 local v = redis.pcall('GET', KEYS[1])
 if v == false then
   local fence, err = take_fence(KEYS[2])
   if not fence then return err end
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return {1, fence}
-elseif v == ARGV[1] or v == ARGV[1] .. '\30' then
+elseif is_mine(v, ARGV[1]) then
   local fence = tonumber(redis.pcall('GET', KEYS[2]))
   if not fence then return redis.error_reply('ERR fence counter is not an integer') end
   return {2, fence}

@@ -21,7 +21,7 @@
 -- counter that is not an integer makes an error reply with nothing written. A queue key
 -- of another type is left alone (the waiter then finds the lock by polling).
 -- #include handover.lua
-local mark = '\30'
+local mark = QUEUED_MARK
 local v = redis.pcall('GET', KEYS[1])
 if v == false then
   local fence = 0

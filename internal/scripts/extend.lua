@@ -4,8 +4,9 @@
 -- it (see release.lua); either is the holder's.
 -- Returns 1 when extended, 0 when the key is gone, -1 when another token,
 -- another value or a key of another type holds it.
+-- #include prelude.lua
 local v = redis.pcall('GET', KEYS[1])
-if v == ARGV[1] or v == ARGV[1] .. '\30' then
+if is_mine(v, ARGV[1]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
 elseif v == false then

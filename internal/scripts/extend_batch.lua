@@ -4,14 +4,14 @@
 -- the queued mark "\30", see release.lua), ARGV[2] new TTL in milliseconds
 -- Returns 1 when every key held the token and was extended; otherwise
 -- extends nothing and returns -1 when another token holds a key, else 0.
-local marked = ARGV[1] .. '\30'
+-- #include prelude.lua
 local cur = redis.call('MGET', unpack(KEYS))
 local gone = false
 for i = 1, #KEYS do
   local v = cur[i]
   if v == false then
     gone = true
-  elseif v ~= ARGV[1] and v ~= marked then
+  elseif not is_mine(v, ARGV[1]) then
     return -1
   end
 end

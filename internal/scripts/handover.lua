@@ -1,7 +1,7 @@
 -- The fair queue's hand-over, shared by release.lua, release_batch.lua and
 -- acquire_queue.lua: scripts.go puts this file in place of the include
 -- line in each of them.
--- #include suffixes.lua
+-- #include prelude.lua
 -- #include fence.lua
 --
 -- A waiter's entry on "<key>:waiters" is
@@ -52,7 +52,7 @@ local function grant(k, e, lease)
     if not fence then return nil end
   end
   if lease and lease < ttl then ttl = lease end
-  redis.call('SET', k, tok .. '\30', 'PX', ttl)
+  redis.call('SET', k, tok .. QUEUED_MARK, 'PX', ttl)
   return tok, fence
 end
 

@@ -4,7 +4,7 @@
 -- Returns {1, the smallest PTTL in milliseconds (>= 0)} when every key holds
 -- the token, {-1, 0} when another token holds one, else {0, 0} (a key is
 -- gone) (replies.go names the statuses).
-local marked = ARGV[1] .. '\30'
+-- #include prelude.lua
 local cur = redis.call('MGET', unpack(KEYS))
 local least = -1
 local gone = false
@@ -12,7 +12,7 @@ for i = 1, #KEYS do
   local v = cur[i]
   if v == false then
     gone = true
-  elseif v ~= ARGV[1] and v ~= marked then
+  elseif not is_mine(v, ARGV[1]) then
     return {-1, 0}
   else
     local t = redis.call('PTTL', KEYS[i])

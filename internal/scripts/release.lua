@@ -27,7 +27,7 @@
 -- only a re-send finds it. A release that handed the key to ARGV[2]'s
 -- waiter needs no record: that waiter holds the key until it hears this
 -- call's answer, so a re-send finds its token there and answers {3, fence}.
--- #include suffixes.lua (the helper keys' and channel's suffixes)
+-- #include prelude.lua (the helper keys' suffixes, the queued mark, is_mine)
 local k = KEYS[1]
 local v = redis.pcall('GET', k)
 local nxt = ARGV[2] or ''
@@ -39,12 +39,12 @@ end
 local function record(out)
   redis.pcall('SET', k .. OUTCOME_SUFFIX, ARGV[1] .. '=' .. out, 'PX', 5000)
 end
-if v ~= ARGV[1] and v ~= ARGV[1] .. '\30' then
+if not is_mine(v, ARGV[1]) then
   if nxt ~= '' and type(v) == 'string' then
     -- Handed to ARGV[2]'s waiter by an earlier run: that waiter learns of
     -- it only from this call's answer, so the key still holds its token.
     local f, tok = string.match(nxt, '^%d+:%d+:([01]):(.+)$')
-    if tok and v == tok .. '\30' then
+    if tok and v == tok .. QUEUED_MARK then
       local fence = 0
       if f == '1' then fence = tonumber(redis.pcall('GET', k .. FENCE_SUFFIX)) or 0 end
       return {3, fence}

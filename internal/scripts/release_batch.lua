@@ -10,7 +10,7 @@
 -- released a key leaves its statuses on "<KEYS[1]>:outcome" for 5 s (see
 -- release.lua), and a run that released nothing answers from there.
 -- #include handover.lua
-local marked = ARGV[1] .. '\30'
+local marked = ARGV[1] .. QUEUED_MARK
 local cur = redis.call('MGET', unpack(KEYS))
 local out, plain, freed = {}, {}, {}
 for i = 1, #KEYS do

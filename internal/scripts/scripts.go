@@ -46,12 +46,12 @@ var (
 	AcquireFenced = redis.NewScript(include(acquireFencedSrc))
 	Release       = redis.NewScript(include(releaseSrc))
 	AcquireQueue  = redis.NewScript(include(acquireQueueSrc))
-	Extend        = redis.NewScript(extendSrc)
-	PTTL          = redis.NewScript(pttlSrc)
+	Extend        = redis.NewScript(include(extendSrc))
+	PTTL          = redis.NewScript(include(pttlSrc))
 	AcquireBatch  = redis.NewScript(include(acquireBatchSrc))
 	ReleaseBatch  = redis.NewScript(include(releaseBatchSrc))
-	ExtendBatch   = redis.NewScript(extendBatchSrc)
-	PTTLBatch     = redis.NewScript(pttlBatchSrc)
+	ExtendBatch   = redis.NewScript(include(extendBatchSrc))
+	PTTLBatch     = redis.NewScript(include(pttlBatchSrc))
 )
 
 // ClaimLease is how long a key handed to a waiter queued in Redis lives
@@ -67,16 +67,21 @@ func All() []*redis.Script {
 // includePrefix starts the line where a script takes a shared piece.
 const includePrefix = "-- #include "
 
-// suffixesSrc is the piece suffixes.lua: the suffixes of a lock's helper
-// keys and channel, sharding's constants, as the scripts derive those
-// names from the lock key. (Declared in KEYS instead, helper keys that do
+// preludeSrc is the piece prelude.lua, made from sharding's constants: the
+// suffixes of a lock's helper keys and channel (the scripts derive those
+// names from the lock key; declared in KEYS instead, helper keys that do
 // not exist would make Redis answer TRYAGAIN to every script on a held
-// lock for as long as its slot migrates.)
-var suffixesSrc = fmt.Sprintf("local FENCE_SUFFIX, QUEUE_SUFFIX, OUTCOME_SUFFIX, CHANNEL_SUFFIX = %q, %q, %q, %q\n",
-	sharding.FenceSuffix, sharding.QueueSuffix, sharding.OutcomeSuffix, sharding.ChannelSuffix)
+// lock for as long as its slot migrates), the queued mark, and is_mine,
+// the one test of whether a lock key's value is a token's.
+var preludeSrc = fmt.Sprintf(`local FENCE_SUFFIX, QUEUE_SUFFIX, OUTCOME_SUFFIX, CHANNEL_SUFFIX = %q, %q, %q, %q
+local QUEUED_MARK = '\%d'
+-- is_mine reports whether v, a lock key's value, is token tok, with or
+-- without the queued mark.
+local function is_mine(v, tok) return v == tok or v == tok .. QUEUED_MARK end
+`, sharding.FenceSuffix, sharding.QueueSuffix, sharding.OutcomeSuffix, sharding.ChannelSuffix, sharding.QueuedMark[0])
 
 // pieces are the shared pieces, by name.
-var pieces = map[string]*string{"handover.lua": &handoverSrc, "fence.lua": &fenceSrc, "suffixes.lua": &suffixesSrc}
+var pieces = map[string]*string{"handover.lua": &handoverSrc, "fence.lua": &fenceSrc, "prelude.lua": &preludeSrc}
 
 // include puts each shared piece in place of the line of src that includes
 // it (the rest of that line is a comment), and the pieces it includes in

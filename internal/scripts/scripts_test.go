@@ -2,6 +2,7 @@ package scripts
 
 import (
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -40,12 +41,12 @@ func TestClaimLeaseMatches(t *testing.T) {
 	}
 }
 
-// The scripts name helper keys and channels only through suffixes.lua's
-// names, which are sharding's suffixes.
+// The scripts name helper keys, channels and the queued mark only through
+// prelude.lua's names, which are sharding's constants.
 func TestSuffixesAreShardings(t *testing.T) {
 	for _, suffix := range []string{sharding.FenceSuffix, sharding.QueueSuffix, sharding.OutcomeSuffix, sharding.ChannelSuffix} {
-		if !strings.Contains(suffixesSrc, fmt.Sprintf("%q", suffix)) {
-			t.Errorf("suffixes.lua lacks %q", suffix)
+		if !strings.Contains(preludeSrc, fmt.Sprintf("%q", suffix)) {
+			t.Errorf("prelude.lua lacks %q", suffix)
 		}
 		for name, src := range map[string]string{"handover": handoverSrc, "release": releaseSrc, "release_batch": releaseBatchSrc,
 			"acquire_queue": acquireQueueSrc, "acquire_batch": acquireBatchSrc, "acquire_fenced": acquireFencedSrc, "extend": extendSrc} {
@@ -57,6 +58,32 @@ func TestSuffixesAreShardings(t *testing.T) {
 		}
 	}
 	if got := include(releaseSrc); strings.Count(got, "local FENCE_SUFFIX") != 1 {
-		t.Error("release.lua: suffixes.lua not included once")
+		t.Error("release.lua: prelude.lua not included once")
+	}
+	if want := fmt.Sprintf("local QUEUED_MARK = '\\%d'\n", sharding.QueuedMark[0]); !strings.Contains(preludeSrc, want) {
+		t.Errorf("prelude.lua does not say %q", want)
+	}
+	// Every script that reads a lock key's value tests it with is_mine or
+	// QUEUED_MARK, never a spelled-out mark.
+	all := map[string]string{"handover": handoverSrc, "release": releaseSrc, "release_batch": releaseBatchSrc,
+		"acquire_queue": acquireQueueSrc, "acquire_batch": acquireBatchSrc, "acquire_fenced": acquireFencedSrc,
+		"extend": extendSrc, "extend_batch": extendBatchSrc, "pttl": pttlSrc, "pttl_batch": pttlBatchSrc}
+	for name, src := range all {
+		for line := range strings.Lines(src) {
+			if !strings.HasPrefix(strings.TrimSpace(line), "--") && strings.Contains(line, `\30`) {
+				t.Errorf("%s.lua spells the queued mark: %s", name, strings.TrimSpace(line))
+			}
+		}
+		if got := include(src); !strings.Contains(got, "local QUEUED_MARK") {
+			t.Errorf("%s.lua does not include prelude.lua", name)
+		}
+	}
+	// And what runs is the included source.
+	goSrc, err := os.ReadFile("scripts.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, m := strings.Count(string(goSrc), "redis.NewScript("), strings.Count(string(goSrc), "redis.NewScript(include("); n != m || n != len(All()) {
+		t.Errorf("%d scripts, %d made with NewScript, %d of them from include(...)", len(All()), n, m)
 	}
 }
