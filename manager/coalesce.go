@@ -463,10 +463,10 @@ func (co *coalescer) again(err error) bool {
 
 // isRedirect reports whether err is a MOVED or ASK reply.
 func isRedirect(err error) bool {
-	if !isReply(err) {
+	msg, ok := replyMsg(err)
+	if !ok {
 		return false
 	}
-	msg := err.Error()
 	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ")
 }
 
@@ -475,10 +475,10 @@ func isRedirect(err error) bool {
 // cluster or the master is down (CLUSTERDOWN, MASTERDOWN), the server is
 // loading its data (LOADING) or is a replica now (READONLY).
 func isNotNow(err error) bool {
-	if !isReply(err) {
+	msg, ok := replyMsg(err)
+	if !ok {
 		return false
 	}
-	msg := err.Error()
 	for _, p := range [...]string{"TRYAGAIN", "CLUSTERDOWN", "LOADING", "MASTERDOWN", "READONLY"} {
 		if strings.HasPrefix(msg, p) {
 			return true

@@ -32,26 +32,40 @@ func luaFlag(on bool) string {
 // isReply reports whether err is an error reply from Redis: the server saw
 // the command, so nothing about it is ambiguous.
 func isReply(err error) bool {
+	_, ok := replyMsg(err)
+	return ok
+}
+
+// replyMsg returns the message of the error reply in err's chain (a
+// wrapped reply too), and whether there is one; redis.Nil is none.
+func replyMsg(err error) (string, bool) {
 	if err == nil || err == redis.Nil {
-		return false // the hot path: no errors.As, whose target escapes
+		return "", false // the hot path: no errors.As, whose target escapes
 	}
 	var re redis.Error
-	return errors.As(err, &re) && !errors.Is(err, redis.Nil)
+	if !errors.As(err, &re) || errors.Is(err, redis.Nil) {
+		return "", false
+	}
+	return re.Error(), true
+}
+
+// hasReplyPrefix reports whether err is an error reply starting with prefix.
+func hasReplyPrefix(err error, prefix string) bool {
+	msg, ok := replyMsg(err)
+	return ok && strings.HasPrefix(msg, prefix)
 }
 
 // isAmbiguous reports whether a command that failed with err may still have
 // run (or may still run later) on the server: a timeout, a dropped
 // connection or a cancelled context after the command was written.
 func isAmbiguous(err error) bool {
-	return err != nil && !isReply(err) && !errors.Is(err, redis.ErrPoolTimeout) &&
+	return err != nil && !isReply(err) && !errors.Is(err, redis.Nil) && !errors.Is(err, redis.ErrPoolTimeout) &&
 		!errors.Is(err, redis.ErrClosed) && !errors.Is(err, syscall.ECONNREFUSED)
 }
 
 // isWrongType reports whether err is Redis's WRONGTYPE reply: the key
 // holds another type, so it is no lock of ours.
-func isWrongType(err error) bool {
-	return isReply(err) && strings.HasPrefix(err.Error(), "WRONGTYPE")
-}
+func isWrongType(err error) bool { return hasReplyPrefix(err, "WRONGTYPE") }
 
 // ranWithError reports whether err is an error reply from a command that
 // ran: not a redirect or a "not now" (which mean it did not run). A script
@@ -66,8 +80,7 @@ func isTransient(err error) bool {
 		errors.Is(err, redis.ErrClosed) {
 		return false
 	}
-	if isReply(err) {
-		msg := err.Error()
+	if msg, ok := replyMsg(err); ok {
 		return isNotNow(err) || isRedirect(err) || strings.HasPrefix(msg, "BUSY") || strings.HasPrefix(msg, "NOSCRIPT")
 	}
 	var ne net.Error
@@ -151,7 +164,7 @@ func runBatch(ctx context.Context, c redis.UniversalClient, calls []scriptCall) 
 	_, _ = pipe.Exec(ctx)
 	var again []int
 	for i := range calls {
-		if err := calls[i].cmd.Err(); err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
+		if hasReplyPrefix(calls[i].cmd.Err(), "NOSCRIPT") {
 			again = append(again, i)
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -381,7 +380,7 @@ func (s *scheduler) rescheduleHeld(l *Lock) {
 // it is retried: a closed client, a key of another type, no permission.
 func cannotHeal(err error) bool {
 	return errors.Is(err, redis.ErrClosed) || isWrongType(err) ||
-		(isReply(err) && strings.HasPrefix(err.Error(), "NOPERM"))
+		hasReplyPrefix(err, "NOPERM")
 }
 
 func (s *scheduler) renewResult(r renewal, c scriptCall) {
