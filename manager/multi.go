@@ -45,6 +45,63 @@ func (ml *MultiLock) Resources() []string {
 	return out
 }
 
+// Keys returns every lock key held, in the order of Resources.
+func (ml *MultiLock) Keys() []string {
+	if ml == nil {
+		return nil
+	}
+	var out []string
+	for _, l := range ml.parts {
+		out = append(out, l.Keys()...)
+	}
+	return out
+}
+
+// Fences returns every resource's fencing token, in the order of
+// Resources, or nil when fencing is off.
+func (ml *MultiLock) Fences() []uint64 {
+	if ml == nil {
+		return nil
+	}
+	var out []uint64
+	for _, l := range ml.parts {
+		f := l.Fences()
+		if f == nil {
+			return nil
+		}
+		out = append(out, f...)
+	}
+	return out
+}
+
+// Done returns a channel closed when Context is cancelled: as soon as a
+// part is lost, reaches its max hold, or is released.
+func (ml *MultiLock) Done() <-chan struct{} {
+	if ml == nil {
+		return closedChan
+	}
+	return ml.Context().Done()
+}
+
+// TTL returns the smallest remaining TTL of the parts on the server (see
+// Lock.TTL), or the first part's error.
+func (ml *MultiLock) TTL(ctx context.Context) (time.Duration, error) {
+	if ml == nil {
+		return 0, ErrNilLock
+	}
+	least := time.Duration(-1)
+	for _, l := range ml.parts {
+		ttl, err := l.TTL(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if least < 0 || ttl < least {
+			least = ttl
+		}
+	}
+	return max(least, 0), nil
+}
+
 // Context returns a context cancelled, with that part's cause, as soon as
 // any part's Context is (a part lost, past its max hold, or released).
 func (ml *MultiLock) Context() context.Context {
@@ -55,6 +112,9 @@ func (ml *MultiLock) Context() context.Context {
 		ml.ctx, ml.cancel = context.WithCancelCause(context.Background())
 		for _, l := range ml.parts {
 			lctx := l.Context()
+			if lctx.Err() != nil {
+				ml.cancel(context.Cause(lctx)) // already over: at once, not from AfterFunc's goroutine
+			}
 			ml.stops = append(ml.stops, context.AfterFunc(lctx, func() { ml.cancel(context.Cause(lctx)) }))
 		}
 	})
@@ -101,6 +161,8 @@ func (ml *MultiLock) Release(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 	}
+	ml.Context()
+	ml.cancel(ErrReleased) // Done is closed when Release returns
 	return errors.Join(errs...)
 }
 

@@ -3,6 +3,7 @@ package manager_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -35,7 +36,40 @@ func TestRealMulti(t *testing.T) {
 		if len(ml.Locks()) != len(slots) || len(ml.Resources()) != len(res) {
 			t.Fatalf("%d parts for %d slots, %d resources", len(ml.Locks()), len(slots), len(ml.Resources()))
 		}
+		// What a Lock tells its holder, a MultiLock tells too.
+		keys := ml.Keys()
+		if len(keys) != len(res) || ml.Fences() != nil {
+			t.Fatalf("%d keys for %d resources, fences %v without fencing", len(keys), len(res), ml.Fences())
+		}
+		for i, r := range ml.Resources() {
+			if k, _ := sharding.LockKey(sharding.DefaultPrefix, r); keys[i] != k || c.Exists(ctx, k).Val() != 1 {
+				t.Fatalf("key %d is %q, resource %q", i, keys[i], r)
+			}
+		}
+		if ttl, err := ml.TTL(ctx); err != nil || ttl <= 0 || ttl > manager.DefaultTTL {
+			t.Fatalf("TTL = %v, %v", ttl, err)
+		}
+		select {
+		case <-ml.Done():
+			t.Fatal("Done closed while held")
+		default:
+		}
 		if err := ml.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ml.Done():
+		default:
+			t.Fatal("Done open after Release")
+		}
+		fenced, err := m.TryAcquireMulti(ctx, res, manager.WithFencing(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f := fenced.Fences(); len(f) != len(res) || slices.Contains(f, 0) {
+			t.Fatalf("fences %v for %d resources", f, len(res))
+		}
+		if err := fenced.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
 		// A held resource in the set: all or none, what was taken is rolled back.
