@@ -55,6 +55,15 @@ func stripeNames(kind, resource string, n int, idx ...int) ([]string, error) {
 // It returns an *InvalidArgumentError for stripes outside [1, MaxStripes]
 // or a resource with a hash tag of its own, and otherwise what Acquire returns.
 func (m *Manager) AcquireStripe(ctx context.Context, resource string, stripes int, partition string, opts ...AcquireOption) (*Lock, error) {
+	return m.acquireStripe(ctx, resource, stripes, partition, opts, true)
+}
+
+// TryAcquireStripe is AcquireStripe with one attempt, as TryAcquire.
+func (m *Manager) TryAcquireStripe(ctx context.Context, resource string, stripes int, partition string, opts ...AcquireOption) (*Lock, error) {
+	return m.acquireStripe(ctx, resource, stripes, partition, opts, false)
+}
+
+func (m *Manager) acquireStripe(ctx context.Context, resource string, stripes int, partition string, opts []AcquireOption, wait bool) (*Lock, error) {
 	if err := m.usable(); err != nil {
 		return nil, err
 	}
@@ -62,7 +71,7 @@ func (m *Manager) AcquireStripe(ctx context.Context, resource string, stripes in
 	if err != nil {
 		return nil, err
 	}
-	return m.Acquire(ctx, names[0], opts...)
+	return m.acquire(ctx, names[0], opts, wait)
 }
 
 // AcquireAny takes any free one of permits locks on resource, an N-holder
@@ -77,6 +86,16 @@ func (m *Manager) AcquireStripe(ctx context.Context, resource string, stripes in
 // It returns an *InvalidArgumentError for permits outside [1, MaxStripes]
 // or a resource with a hash tag of its own, and otherwise what Acquire returns.
 func (m *Manager) AcquireAny(ctx context.Context, resource string, permits int, opts ...AcquireOption) (*Lock, error) {
+	return m.acquireAny(ctx, resource, permits, opts, true)
+}
+
+// TryAcquireAny is AcquireAny with one round: it reads which permits are
+// free and tries them, and returns ErrNotAcquired when none could be had.
+func (m *Manager) TryAcquireAny(ctx context.Context, resource string, permits int, opts ...AcquireOption) (*Lock, error) {
+	return m.acquireAny(ctx, resource, permits, opts, false)
+}
+
+func (m *Manager) acquireAny(ctx context.Context, resource string, permits int, opts []AcquireOption, wait bool) (*Lock, error) {
 	if err := m.usable(); err != nil {
 		return nil, err
 	}
@@ -116,6 +135,9 @@ func (m *Manager) AcquireAny(ctx context.Context, resource string, permits int, 
 			if !errors.Is(err, ErrNotAcquired) {
 				return nil, err
 			}
+		}
+		if !wait {
+			return nil, ErrNotAcquired
 		}
 		d, ok := nextWait(ac.retry, round, waitUntil)
 		if !ok {

@@ -206,3 +206,39 @@ func TestRealAcquireAnyRoundTrips(t *testing.T) {
 		t.Fatalf("a full pool of %d took %d round trips", permits, got)
 	}
 }
+
+// The Try forms make one attempt (one round for permits) and never wait,
+// whatever the wait limit.
+func TestTryAcquireStripeAndAny(t *testing.T) {
+	_, c := miniClient(t)
+	m := newManager(t, c, manager.WithWait(time.Minute))
+	ctx := ctxT(t)
+	l, err := m.TryAcquireStripe(ctx, "order:hot", 8, "customer-42")
+	if err != nil || l.Resource() != fmt.Sprintf("order:hot#%d", sharding.StripeIndex("customer-42", 8)) {
+		t.Fatalf("TryAcquireStripe = %v, %v", l.Resource(), err)
+	}
+	start := time.Now()
+	if _, err := m.TryAcquireStripe(ctx, "order:hot", 8, "customer-42"); !errors.Is(err, manager.ErrNotAcquired) {
+		t.Fatalf("a held stripe: %v", err)
+	}
+	var held []*manager.Lock
+	for range 2 {
+		p, err := m.TryAcquireAny(ctx, "pool", 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, p)
+	}
+	if _, err := m.TryAcquireAny(ctx, "pool", 2); !errors.Is(err, manager.ErrNotAcquired) {
+		t.Fatalf("a third holder of 2 permits: %v", err)
+	}
+	if waited := time.Since(start); waited > 30*time.Second {
+		t.Fatalf("the Try forms waited %v", waited) // the wait limit is a minute
+	}
+	if _, err := m.TryAcquireAny(ctx, "pool", 0); !errors.Is(err, manager.ErrInvalidArgument) {
+		t.Fatalf("TryAcquireAny(0) = %v", err)
+	}
+	for _, p := range append(held, l) {
+		_ = p.Release(ctx)
+	}
+}
