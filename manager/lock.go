@@ -69,10 +69,16 @@ type Lock struct {
 	renewing   bool
 	renewFails int // renewals failed in a row, for the backoff and the log
 
-	// Owned by the scheduler, under its mutex.
+	wd watchEntry // the watchdog's, under its mutex
+}
+
+// watchEntry is the scheduler's bookkeeping of a lock it watches: when it
+// must next look at it, and where the lock is in its heap. Only the
+// scheduler reads or writes it, under its mutex.
+type watchEntry struct {
 	due   mono
 	slack time.Duration // how early a renewal may go, to share a pipeline
-	idx   int
+	idx   int           // in the heap, or idxNone, idxProcessing, idxIncoming
 }
 
 // zero reports whether l is nil or a Lock not made by a Manager.
@@ -104,7 +110,7 @@ func (m *Manager) newLock(resource, key, token string, tokenArg any, fence uint6
 		keys: [1]string{key}, args: [1]any{tokenArg}, cls: ac.cls,
 		ttl: ac.ttl, interval: ac.interval, fixedInterval: m.cfg.renewInterval > 0,
 		lastSent: monoOf(validFrom), validUntil: monoOf(validFrom).Add(ac.ttl - drift(ac.ttl)),
-		nextRenew: monoOf(validFrom).Add(ac.interval), watchdog: ac.watchdog, idx: -1,
+		nextRenew: monoOf(validFrom).Add(ac.interval), watchdog: ac.watchdog, wd: watchEntry{idx: idxNone},
 	}
 	if ac.maxHold > 0 {
 		l.maxHoldAt = monoOf(acquiredAt).Add(ac.maxHold)

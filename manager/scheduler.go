@@ -78,7 +78,7 @@ func (s *scheduler) poke() {
 	}
 }
 
-// Lock.idx outside the heap.
+// watchEntry.idx outside the heap.
 const (
 	idxNone       = -1 // not watched
 	idxProcessing = -2 // taken out by collect, being renewed or checked
@@ -100,7 +100,7 @@ func (s *scheduler) add(l *Lock) bool {
 		s.mu.Unlock()
 		return false
 	}
-	l.due, l.slack, l.idx = due, slack, idxIncoming
+	l.wd.due, l.wd.slack, l.wd.idx = due, slack, idxIncoming
 	s.incoming = append(s.incoming, l)
 	wake := due.Before(s.sleepUntil) || len(s.incoming) >= drainAt
 	s.mu.Unlock()
@@ -118,11 +118,11 @@ func (s *scheduler) schedule(l *Lock, due mono, slack time.Duration) {
 		return
 	}
 	switch {
-	case l.idx >= 0:
-		l.due, l.slack = due, slack
-		heap.Fix(&s.locks, l.idx)
-	case l.idx == idxIncoming:
-		l.due, l.slack = due, slack
+	case l.wd.idx >= 0:
+		l.wd.due, l.wd.slack = due, slack
+		heap.Fix(&s.locks, l.wd.idx)
+	case l.wd.idx == idxIncoming:
+		l.wd.due, l.wd.slack = due, slack
 	default:
 		return
 	}
@@ -136,8 +136,8 @@ func (s *scheduler) schedule(l *Lock, due mono, slack time.Duration) {
 func (s *scheduler) remove(l *Lock) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if l.idx >= 0 {
-		heap.Remove(&s.locks, l.idx)
+	if l.wd.idx >= 0 {
+		heap.Remove(&s.locks, l.wd.idx)
 	}
 }
 
@@ -151,7 +151,7 @@ func (s *scheduler) drainLocked() {
 		if held {
 			heap.Push(&s.locks, l)
 		} else {
-			l.idx = idxNone
+			l.wd.idx = idxNone
 		}
 		s.incoming[i] = nil
 	}
@@ -198,7 +198,7 @@ func (s *scheduler) take() ([]*Lock, []orphan) {
 	locks := make([]*Lock, len(s.locks))
 	copy(locks, s.locks)
 	for _, l := range locks {
-		l.idx = -1
+		l.wd.idx = -1
 	}
 	s.locks = nil
 	orphans := s.orphans
@@ -247,14 +247,14 @@ func (s *scheduler) collect(now time.Time) (due []*Lock, orphans []orphan, next 
 	s.drainLocked()
 	for len(s.locks) > 0 {
 		l := s.locks[0]
-		if l.due.After(monoOf(now).Add(l.slack)) {
-			next = l.due.Time()
+		if l.wd.due.After(monoOf(now).Add(l.wd.slack)) {
+			next = l.wd.due.Time()
 			break
 		}
 		due = append(due, l)
 		heap.Pop(&s.locks)
 		s.inFlight = append(s.inFlight, l)
-		l.idx = idxProcessing // schedule() may not move it, remove() need not
+		l.wd.idx = idxProcessing // schedule() may not move it, remove() need not
 	}
 	kept := s.orphans[:0]
 	for _, o := range s.orphans {
@@ -440,13 +440,13 @@ func (s *scheduler) reinsert(l *Lock, due mono, slack time.Duration) {
 	l.mu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if l.idx >= 0 || !held {
-		if l.idx == idxProcessing {
-			l.idx = idxNone
+	if l.wd.idx >= 0 || !held {
+		if l.wd.idx == idxProcessing {
+			l.wd.idx = idxNone
 		}
 		return
 	}
-	l.due, l.slack = due, slack
+	l.wd.due, l.wd.slack = due, slack
 	heap.Push(&s.locks, l)
 }
 
@@ -478,7 +478,7 @@ func (s *scheduler) eachHeld(yield func(c *metrics.Class, acquiredAt time.Time))
 	defer s.mu.Unlock()
 	for i, list := range [][]*Lock{s.locks, s.incoming, s.inFlight} {
 		for _, l := range list {
-			if i == 2 && l.idx != idxProcessing {
+			if i == 2 && l.wd.idx != idxProcessing {
 				continue // back in the heap already: counted there
 			}
 			l.mu.Lock()
@@ -495,15 +495,15 @@ func (s *scheduler) eachHeld(yield func(c *metrics.Class, acquiredAt time.Time))
 type lockHeap []*Lock
 
 func (h lockHeap) Len() int           { return len(h) }
-func (h lockHeap) Less(i, j int) bool { return h[i].due < h[j].due }
+func (h lockHeap) Less(i, j int) bool { return h[i].wd.due < h[j].wd.due }
 func (h lockHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].idx = i
-	h[j].idx = j
+	h[i].wd.idx = i
+	h[j].wd.idx = j
 }
 func (h *lockHeap) Push(x any) {
 	l := x.(*Lock)
-	l.idx = len(*h)
+	l.wd.idx = len(*h)
 	*h = append(*h, l)
 }
 func (h *lockHeap) Pop() any {
@@ -511,7 +511,7 @@ func (h *lockHeap) Pop() any {
 	n := len(old)
 	l := old[n-1]
 	old[n-1] = nil
-	l.idx = -1
+	l.wd.idx = -1
 	*h = old[:n-1]
 	return l
 }
