@@ -336,3 +336,85 @@ func TestNewRefusesUnsupportedClient(t *testing.T) {
 		t.Fatalf("New(ring) = %v, %v", m, err)
 	}
 }
+
+// Bad input fails with a typed error before any command reaches Redis.
+func TestBadInputMakesNoRoundTrip(t *testing.T) {
+	_, c := miniClient(t)
+	hook := &faultHook{}
+	c.AddHook(hook)
+	m := newManager(t, c, manager.WithCoalescing(false), manager.WithRenewInterval(time.Second))
+	ctx := ctxT(t)
+	held, err := m.TryAcquire(ctx, "held")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := hook.seen.Load()
+	tests := []struct {
+		name string
+		call func() error
+	}{
+		{"empty resource", func() error { _, err := m.TryAcquire(ctx, ""); return err }},
+		{"resource too long", func() error {
+			_, err := m.Acquire(ctx, strings.Repeat("r", manager.MaxResourceLen+1))
+			return err
+		}},
+		{"resource with stray brace", func() error { _, err := m.TryAcquire(ctx, "a}b"); return err }},
+		{"resource with reserved suffix", func() error { _, err := m.TryAcquire(ctx, "x:fence"); return err }},
+		{"ttl too short", func() error {
+			_, err := m.TryAcquire(ctx, "r", manager.WithTTL(time.Microsecond))
+			return err
+		}},
+		{"ttl not above renew interval", func() error {
+			_, err := m.Acquire(ctx, "r", manager.WithTTL(time.Second))
+			return err
+		}},
+		{"negative wait", func() error { _, err := m.Acquire(ctx, "r", manager.WithWait(-1)); return err }},
+		{"nil retry", func() error { _, err := m.Acquire(ctx, "r", manager.WithRetry(nil)); return err }},
+		{"negative max hold", func() error {
+			_, err := m.Acquire(ctx, "r", manager.WithMaxHold(-time.Second))
+			return err
+		}},
+		{"nil context", func() error {
+			//lint:ignore SA1012 testing the nil-context check
+			_, err := m.TryAcquire(nil, "r") //nolint:staticcheck
+			return err
+		}},
+		{"nil fn", func() error { return m.Do(ctx, "r", nil) }},
+		{"extend ttl too long", func() error { return held.Extend(ctx, manager.MaxTTL+1) }},
+		{"extend ttl not above renew interval", func() error { return held.Extend(ctx, time.Second) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.call()
+			var iae *manager.InvalidArgumentError
+			if !errors.As(err, &iae) {
+				t.Fatalf("got %v, want *InvalidArgumentError", err)
+			}
+		})
+	}
+	if n := hook.seen.Load() - before; n != 0 {
+		t.Fatalf("bad input sent %d commands to Redis", n)
+	}
+}
+
+func TestNilLockIsSafe(t *testing.T) {
+	var l *manager.Lock
+	ctx := context.Background()
+	if err := l.Release(ctx); !errors.Is(err, manager.ErrNilLock) {
+		t.Fatalf("Release = %v", err)
+	}
+	if err := l.Extend(ctx, time.Second); !errors.Is(err, manager.ErrNilLock) {
+		t.Fatalf("Extend = %v", err)
+	}
+	if _, err := l.TTL(ctx); !errors.Is(err, manager.ErrNilLock) {
+		t.Fatalf("TTL = %v", err)
+	}
+	if l.Key() != "" || l.Token() != "" || l.Resource() != "" || l.Fence() != 0 || !l.AcquiredAt().IsZero() || l.Replicas() != 0 {
+		t.Fatal("accessors of a nil lock return values")
+	}
+	<-l.Done()
+	<-l.Context().Done()
+	if !errors.Is(l.Err(), manager.ErrNilLock) {
+		t.Fatalf("Err = %v", l.Err())
+	}
+}
