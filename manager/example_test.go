@@ -228,3 +228,30 @@ func ExampleManager_AcquireAny() {
 	// Output:
 	// a fourth: true
 }
+
+// A job accepted by one process and finished by another takes its lock
+// along: the first hands on the token and forgets the lock, the second
+// resumes it.
+func ExampleManager_Resume() {
+	client, stop := exampleClient()
+	defer stop()
+	ctx := context.Background()
+	accepter, _ := manager.New(client, manager.WithOwner("accepter"))
+	defer accepter.Close(ctx)
+	finisher, _ := manager.New(client, manager.WithOwner("finisher"))
+	defer finisher.Close(ctx)
+
+	lock, _ := accepter.Acquire(ctx, "job:42")
+	token := lock.Token() // sent with the job; a secret, like the lock itself
+
+	resumed, err := finisher.Resume(ctx, "job:42", token)
+	if err != nil {
+		panic(err)
+	}
+	_ = lock.Forget() // the accepter no longer renews or releases it
+	fmt.Println(errors.Is(lock.Release(ctx), manager.ErrForgotten))
+	fmt.Println(resumed.Release(ctx))
+	// Output:
+	// true
+	// <nil>
+}

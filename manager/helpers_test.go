@@ -201,3 +201,15 @@ func (h *matchHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 		return next(ctx, cmds)
 	}
 }
+
+// addHook adds h to c; on a cluster client, to every node client it makes
+// instead, which every command and pipeline goes through once.
+func addHook(c redis.UniversalClient, h redis.Hook) {
+	cc, ok := c.(*redis.ClusterClient)
+	if !ok {
+		c.AddHook(h)
+		return
+	}
+	cc.OnNewNode(func(n *redis.Client) { n.AddHook(h) })
+	_ = cc.ForEachShard(context.Background(), func(_ context.Context, n *redis.Client) error { n.AddHook(h); return nil })
+}

@@ -37,6 +37,8 @@ var (
 	extendBatchSrc string
 	//go:embed pttl_batch.lua
 	pttlBatchSrc string
+	//go:embed resume.lua
+	resumeSrc string
 )
 
 // The scripts. Their contracts are in the .lua files; the shared pieces
@@ -52,6 +54,7 @@ var (
 	ReleaseBatch  = redis.NewScript(include(releaseBatchSrc))
 	ExtendBatch   = redis.NewScript(include(extendBatchSrc))
 	PTTLBatch     = redis.NewScript(include(pttlBatchSrc))
+	Resume        = redis.NewScript(include(resumeSrc))
 )
 
 // ClaimLease is how long a key handed to a waiter queued in Redis lives
@@ -61,7 +64,7 @@ const ClaimLease = 200 * time.Millisecond
 
 // All lists every script, for preloading.
 func All() []*redis.Script {
-	return []*redis.Script{AcquireFenced, Release, AcquireQueue, Extend, PTTL, AcquireBatch, ReleaseBatch, ExtendBatch, PTTLBatch}
+	return []*redis.Script{AcquireFenced, Release, AcquireQueue, Extend, PTTL, AcquireBatch, ReleaseBatch, ExtendBatch, PTTLBatch, Resume}
 }
 
 // includePrefix starts the line where a script takes a shared piece.

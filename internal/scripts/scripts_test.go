@@ -67,7 +67,7 @@ func TestSuffixesAreShardings(t *testing.T) {
 	// QUEUED_MARK, never a spelled-out mark.
 	all := map[string]string{"handover": handoverSrc, "release": releaseSrc, "release_batch": releaseBatchSrc,
 		"acquire_queue": acquireQueueSrc, "acquire_batch": acquireBatchSrc, "acquire_fenced": acquireFencedSrc,
-		"extend": extendSrc, "extend_batch": extendBatchSrc, "pttl": pttlSrc, "pttl_batch": pttlBatchSrc}
+		"extend": extendSrc, "extend_batch": extendBatchSrc, "pttl": pttlSrc, "pttl_batch": pttlBatchSrc, "resume": resumeSrc}
 	for name, src := range all {
 		for line := range strings.Lines(src) {
 			if !strings.HasPrefix(strings.TrimSpace(line), "--") && strings.Contains(line, `\30`) {
