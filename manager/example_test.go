@@ -255,3 +255,27 @@ func ExampleManager_Resume() {
 	// true
 	// <nil>
 }
+
+// Leader election: Campaign blocks until this process leads; the term
+// fences the leader's writes; Resign hands the lead to the next campaigner.
+func ExampleManager_Campaign() {
+	client, stop := exampleClient()
+	defer stop()
+	ctx := context.Background()
+	m, _ := manager.New(client, manager.WithOwner("scheduler-1"))
+	defer m.Close(ctx)
+
+	lead, err := m.Campaign(ctx, "nightly-report")
+	if err != nil {
+		panic(err)
+	}
+	// Lead under lead.Context(): it is cancelled if the leadership is lost.
+	info, _ := m.Leader(ctx, "nightly-report")
+	fmt.Println(info.Owner, info.Term == lead.Term())
+	_ = lead.Resign(ctx)
+	_, err = m.Leader(ctx, "nightly-report")
+	fmt.Println(errors.Is(err, manager.ErrNoLeader))
+	// Output:
+	// scheduler-1 true
+	// true
+}

@@ -35,7 +35,8 @@ type Manager struct {
 	cfg    config
 	log    *zap.Logger
 	sched  *scheduler
-	topo   *topology // which servers the client talks to
+	topo   *topology      // which servers the client talks to
+	bg     sync.WaitGroup // Observe's goroutines: they end with m.closing, and Close waits for them
 
 	// The clients bound every command by its context's deadline (see
 	// direct): cmd's and client's.
@@ -205,6 +206,7 @@ func (m *Manager) Close(ctx context.Context) error {
 		if n := m.io.wait(ctx); n > 0 {
 			err = errors.Join(err, fmt.Errorf("shardlock: close: %d exchanges with Redis still without a reply; they end by the client's timeouts", n))
 		}
+		m.bg.Wait()
 	})
 	return err
 }
