@@ -119,44 +119,51 @@ func (m *Manager) acquireBatch(ctx context.Context, resources []string, opts []A
 	if err := m.usable(); err != nil {
 		return nil, err
 	}
-	if len(resources) == 0 || len(resources) > MaxBatch {
-		return nil, invalid("batch", "%d resources, want 1 to %d", len(resources), MaxBatch)
-	}
-	ac, key0, err := m.acquireConfig(resources[0], opts)
+	keys, err := m.setKeys("batch", resources)
 	if err != nil {
 		return nil, err
 	}
-	b := &batchInfo{resources: append([]string(nil), resources...), keys: make([]string, len(resources))}
+	ac, _, err := m.acquireConfig(resources[0], opts)
+	if err != nil {
+		return nil, err
+	}
+	b := &batchInfo{resources: append([]string(nil), resources...), keys: keys}
 	slots := make(map[string]int, len(resources))
-	seen := make(map[string]string, len(resources)) // key -> resource
 	for i, r := range resources {
-		if b.keys[i], err = m.lockKey(r); err != nil {
-			return nil, err
-		}
-		if err := checkDuplicate(seen, b.keys[i], r); err != nil {
-			return nil, err
-		}
-		slots[r] = sharding.Slot(b.keys[i])
+		slots[r] = sharding.Slot(keys[i])
 	}
 	for _, r := range resources {
 		if slots[r] != slots[resources[0]] {
 			return nil, &CrossSlotError{Slots: slots}
 		}
 	}
-	return m.acquireMeasured(ctx, target{resource: resources[0], key: key0, batch: b}, &ac, wait)
+	return m.acquireMeasured(ctx, target{resource: resources[0], key: keys[0], batch: b}, &ac, wait)
 }
 
-// checkDuplicate records that resource r names key, and rejects a second
-// resource that names a key already seen ("x" and "{x}" are one lock).
-func checkDuplicate(seen map[string]string, key, r string) error {
-	if first, ok := seen[key]; ok {
-		if first == r {
-			return invalid("resources", "resource %q appears twice", r)
-		}
-		return invalid("resources", "resources %q and %q name the same lock %q", first, r, key)
+// setKeys checks a set of resources for a batch or multi-slot lock (arg
+// names it in errors) and returns their lock keys: 1 to MaxBatch resources,
+// each valid, no two naming the same lock ("x" and "{x}" are one lock).
+func (m *Manager) setKeys(arg string, resources []string) ([]string, error) {
+	if len(resources) == 0 || len(resources) > MaxBatch {
+		return nil, invalid(arg, "%d resources, want 1 to %d", len(resources), MaxBatch)
 	}
-	seen[key] = r
-	return nil
+	keys := make([]string, len(resources))
+	seen := make(map[string]string, len(resources)) // key -> resource
+	for i, r := range resources {
+		key, err := m.lockKey(r)
+		if err != nil {
+			return nil, err
+		}
+		if first, ok := seen[key]; ok {
+			if first == r {
+				return nil, invalid("resources", "resource %q appears twice", r)
+			}
+			return nil, invalid("resources", "resources %q and %q name the same lock %q", first, r, key)
+		}
+		seen[key] = r
+		keys[i] = key
+	}
+	return keys, nil
 }
 
 // batchScriptKeys returns the keys and the fencing argument of

@@ -208,24 +208,17 @@ func (m *Manager) acquireMulti(ctx context.Context, resources []string, opts []A
 	if err := m.usable(); err != nil {
 		return nil, err
 	}
-	if len(resources) == 0 || len(resources) > MaxBatch {
-		return nil, invalid("resources", "%d resources, want 1 to %d", len(resources), MaxBatch)
+	keys, err := m.setKeys("resources", resources)
+	if err != nil {
+		return nil, err
 	}
 	type item struct {
 		resource, key string
 		slot          int
 	}
 	items := make([]item, 0, len(resources))
-	seen := make(map[string]string, len(resources)) // key -> resource
-	for _, r := range resources {
-		key, err := m.lockKey(r)
-		if err != nil {
-			return nil, err
-		}
-		if err := checkDuplicate(seen, key, r); err != nil {
-			return nil, err
-		}
-		items = append(items, item{r, key, sharding.Slot(key)})
+	for i, r := range resources {
+		items = append(items, item{r, keys[i], sharding.Slot(keys[i])})
 	}
 	sort.Slice(items, func(i, j int) bool {
 		if items[i].slot != items[j].slot {
