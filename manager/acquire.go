@@ -392,7 +392,7 @@ func (a *acquirer) between(res attemptResult) (*Lock, error, bool) {
 		// The next attempt comes at this waiter's turn in the queue,
 		// without a wait of the strategy's: the strategy still says
 		// whether there is one.
-		if a.ac.retry.NextBackoff(a.sent) < 0 {
+		if a.ac.retry.NextBackoff(a.sent) <= 0 {
 			return nil, a.stop(notAcquired), true
 		}
 		if err := a.queueUp(notAcquired); err != nil {
@@ -405,7 +405,7 @@ func (a *acquirer) between(res attemptResult) (*Lock, error, bool) {
 			// A key watched for the first time gets one more look at
 			// once, as it may have been freed before the subscription;
 			// the look is an attempt too.
-			if a.ac.retry.NextBackoff(a.sent) < 0 {
+			if a.ac.retry.NextBackoff(a.sent) <= 0 {
 				return nil, a.stop(notAcquired), true
 			}
 			return nil, nil, false
@@ -604,7 +604,7 @@ func (a *acquirer) finish() {
 func nextWait(retry RetryStrategy, n int, waitUntil time.Time) (time.Duration, bool) {
 	d := retry.NextBackoff(n)
 	remaining := time.Until(waitUntil)
-	if d < 0 || remaining <= 0 {
+	if d <= 0 || remaining <= 0 {
 		return 0, false
 	}
 	return min(d, remaining), true

@@ -10,8 +10,9 @@ import (
 // RetryStrategy decides how long Acquire waits before its next attempt.
 //
 // NextBackoff gets the number of attempts made so far (1 after the first)
-// and returns the pause before the next one, or a negative duration to stop
-// retrying. An attempt is a round trip to Redis; a lock handed over by the
+// and returns the pause before the next one; zero or a negative duration
+// stops retrying, as in bsm/redislock, so a strategy ported from there
+// means the same here and none retries in a tight loop by accident. An attempt is a round trip to Redis; a lock handed over by the
 // release before is taken without one. A strategy given with WithRetry or
 // WithRetry is followed exactly, queued or not: NoRetry makes one
 // attempt, LimitRetry(s, n) n. The default strategy's waits while queued
@@ -32,11 +33,12 @@ func (f RetryFunc) NextBackoff(attempt int) time.Duration { return f(attempt) }
 
 // NoRetry makes one attempt only.
 func NoRetry() RetryStrategy {
-	return RetryFunc(func(int) time.Duration { return -1 })
+	return RetryFunc(func(int) time.Duration { return 0 })
 }
 
 // LinearBackoff waits d plus up to d/2 of random jitter between attempts
-// (at most the longest time.Duration).
+// (at most the longest time.Duration), so that waiters that collided once
+// spread out. A d of zero or less makes one attempt.
 func LinearBackoff(d time.Duration) RetryStrategy {
 	return RetryFunc(func(int) time.Duration {
 		if d <= 0 {
@@ -46,9 +48,10 @@ func LinearBackoff(d time.Duration) RetryStrategy {
 	})
 }
 
-// ExponentialBackoff waits a random time in [0, min(max, base·2^(attempt-1))]
-// ("full jitter"), so waiters that collided once spread out instead of
-// colliding again.
+// ExponentialBackoff waits a random time in [c/2, c], c = min(max,
+// base·2^(attempt-1)) ("equal jitter": a floor of half the step, and
+// waiters that collided once spread out instead of colliding again). A
+// base or max of zero or less makes one attempt.
 func ExponentialBackoff(base, max time.Duration) RetryStrategy {
 	return RetryFunc(func(attempt int) time.Duration {
 		if base <= 0 || max <= 0 {
@@ -63,7 +66,10 @@ func ExponentialBackoff(base, max time.Duration) RetryStrategy {
 				ceil = c
 			}
 		}
-		return upTo(ceil)
+		if d := ceil/2 + upTo(ceil-ceil/2); d > 0 {
+			return d
+		}
+		return 1 // never 0, which would stop
 	})
 }
 
@@ -126,7 +132,7 @@ func isNil(x any) bool {
 }
 
 // DefaultRetry is Acquire's strategy unless told otherwise: exponential
-// backoff with full jitter from 50 ms, doubling up to 1 s, for at most 64
+// backoff with equal jitter from 50 ms, doubling up to 1 s, for at most 64
 // attempts (the seeds' 50 ms doubling, capped). DefaultWait bounds it in time.
 func DefaultRetry() RetryStrategy {
 	return LimitRetry(ExponentialBackoff(50*time.Millisecond, time.Second), 64)

@@ -68,8 +68,8 @@ func TestBackoffsWithExtremeArguments(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			for attempt := range 200 {
-				if d := tt.give.NextBackoff(attempt); d < 0 {
-					t.Fatalf("attempt %d: %v, a negative wait that means stop", attempt, d)
+				if d := tt.give.NextBackoff(attempt); d <= 0 {
+					t.Fatalf("attempt %d: %v, a wait that means stop", attempt, d)
 				}
 			}
 		})
