@@ -279,3 +279,20 @@ func ExampleManager_Campaign() {
 	// scheduler-1 true
 	// true
 }
+
+// Inspect tells an operator who holds a lock and who waits for it, without
+// the token's secret.
+func ExampleManager_Inspect() {
+	client, stop := exampleClient()
+	defer stop()
+	ctx := context.Background()
+	m, _ := manager.New(client, manager.WithOwner("billing-7"))
+	defer m.Close(ctx)
+
+	lock, _ := m.TryAcquire(ctx, "order:123")
+	info, _ := m.Inspect(ctx, "order:123")
+	fmt.Println(info.Held, info.Owner, info.Waiters, info.TTL > 0)
+	_ = lock.Release(ctx)
+	// Output:
+	// true billing-7 0 true
+}
