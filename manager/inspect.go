@@ -1,14 +1,18 @@
 package manager
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shardlock/shardlock/internal/keyscan"
+	"github.com/shardlock/shardlock/metrics"
 	"github.com/shardlock/shardlock/sharding"
 )
 
@@ -109,4 +113,137 @@ func firstErr(cmds ...redis.Cmder) error {
 		}
 	}
 	return nil
+}
+
+// ListOptions selects the locks List reports.
+type ListOptions struct {
+	// Prefix keeps the resources that start with it ("" keeps all).
+	Prefix string
+	// Class keeps the locks of that metrics class, as WithClassFunc names
+	// it ("" keeps all; without WithClassFunc every lock is "default").
+	Class string
+	// Count is SCAN's COUNT hint per round trip (0: 1000).
+	Count int64
+}
+
+// List walks every master (SCAN MATCH with a COUNT hint, then one pipeline
+// of reads per batch, as the exporter scans) and yields a LockInfo for each
+// lock held under this Manager's key prefix that opts selects, as it goes:
+// memory stays bounded by a batch, whatever the keyspace holds. Helper keys
+// are skipped; a key that holds something else than a token is yielded
+// with Foreign set. The walk stops at the first error, which it yields, or
+// when the loop breaks. A lock may be reported twice if the slot map
+// changes during the walk, as SCAN allows.
+func (m *Manager) List(ctx context.Context, opts ListOptions) iter.Seq2[LockInfo, error] {
+	return func(yield func(LockInfo, error) bool) {
+		if err := m.usable(); err != nil {
+			yield(LockInfo{}, err)
+			return
+		}
+		if ctx == nil {
+			yield(LockInfo{}, invalid("context", "nil"))
+			return
+		}
+		count := cmp.Or(opts.Count, 1000)
+		pattern := m.cfg.prefix + "*"
+		masters, err := m.topo.masters(ctx)
+		if err != nil {
+			yield(LockInfo{}, fmt.Errorf("shardlock: list: %w", err))
+			return
+		}
+		stopped := false
+		for _, node := range masters {
+			err := keyscan.Walk(ctx, node, pattern, count, func(keys []string, _ bool) (bool, error) {
+				infos, err := m.readLocks(ctx, node, keys, opts)
+				if err != nil {
+					return true, err
+				}
+				for _, info := range infos {
+					if !yield(info, nil) {
+						stopped = true
+						return true, nil
+					}
+				}
+				return false, nil
+			})
+			if stopped {
+				return
+			}
+			if err != nil {
+				yield(LockInfo{}, fmt.Errorf("shardlock: list: %w", err))
+				return
+			}
+		}
+	}
+}
+
+// readLocks reads, in one pipeline on node, the locks among keys that opts
+// selects.
+func (m *Manager) readLocks(ctx context.Context, node *redis.Client, keys []string, opts ListOptions) ([]LockInfo, error) {
+	type read struct {
+		info    LockInfo
+		val     *redis.StringCmd
+		pttl    *redis.DurationCmd
+		fence   *redis.StringCmd
+		waiters *redis.IntCmd
+	}
+	var reads []read
+	pipe := node.Pipeline()
+	for _, k := range keys {
+		if sharding.IsHelperKey(k) || strings.HasSuffix(k, sharding.ChannelSuffix) {
+			continue
+		}
+		r, ok := sharding.ResourceOf(m.cfg.prefix, k)
+		if !ok || !strings.HasPrefix(r, opts.Prefix) || (opts.Class != "" && m.className(r) != opts.Class) {
+			continue
+		}
+		reads = append(reads, read{info: LockInfo{Resource: r, Key: k},
+			val: pipe.Get(ctx, k), pttl: pipe.PTTL(ctx, k), fence: pipe.Get(ctx, sharding.FenceKey(k)), waiters: pipe.LLen(ctx, sharding.QueueKey(k))})
+	}
+	if len(reads) == 0 {
+		return nil, nil
+	}
+	_, _ = pipe.Exec(ctx) // each reply is read below: one odd key never fails the walk
+	out := make([]LockInfo, 0, len(reads))
+	for _, r := range reads {
+		v, err := r.val.Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+			continue // released since the SCAN
+		case err != nil && !isReply(err):
+			return nil, err // the connection failed
+		case err != nil:
+			r.info.Foreign = true // another type
+		default:
+			if ti, perr := ParseToken(v); perr == nil {
+				r.info.Owner, r.info.AcquiredAt = ti.Owner, ti.AcquiredAt
+			} else {
+				r.info.Foreign = true
+			}
+		}
+		r.info.Held = true
+		if d := r.pttl.Val(); d > 0 {
+			r.info.TTL = d
+		}
+		r.info.Fence, _ = r.fence.Uint64()
+		r.info.Waiters = int(r.waiters.Val())
+		out = append(out, r.info)
+	}
+	return out, nil
+}
+
+// className is the metrics class of resource's locks, as acquires name it
+// without WithClass.
+func (m *Manager) className(resource string) (class string) {
+	defer func() {
+		if recover() != nil {
+			class = metrics.ClassDefault // a class function that panics names nothing
+		}
+	}()
+	if m.cfg.classFunc != nil {
+		if c := m.cfg.classFunc(resource); c != "" {
+			return c
+		}
+	}
+	return metrics.ClassDefault
 }

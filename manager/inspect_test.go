@@ -3,6 +3,7 @@ package manager_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -71,6 +72,77 @@ func TestRealInspect(t *testing.T) {
 		var ia *manager.InvalidArgumentError
 		if _, err := holder.Inspect(ctx, ""); !errors.As(err, &ia) {
 			t.Fatalf("Inspect(\"\") = %v", err)
+		}
+	})
+}
+
+// List walks every master and yields the locks a filter selects, as it
+// goes; a caller that stops early stops the walk.
+func TestRealList(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := ctxT(t)
+		u := testenv.Unique("list")
+		m := newManager(t, c, manager.WithOwner("lister"), manager.WithClassFunc(func(r string) string {
+			if strings.HasPrefix(r, u+"-a") {
+				return "alpha"
+			}
+			return "other"
+		}))
+		var held []*manager.Lock
+		for i := range 12 {
+			part := "b"
+			if i < 8 {
+				part = "a"
+			}
+			l, err := m.TryAcquire(ctx, fmt.Sprintf("%s-%s-%d", u, part, i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, l)
+		}
+		defer func() {
+			for _, l := range held {
+				_ = l.Release(ctx)
+			}
+		}()
+		foreign := "shardlock:{" + u + "-a-foreign}"
+		_ = c.Set(ctx, foreign, "foobar", time.Minute).Err()
+		defer c.Del(ctx, foreign)
+
+		count := func(opts manager.ListOptions) (locks, foreignSeen int) {
+			for info, err := range m.List(ctx, opts) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if info.Foreign {
+					foreignSeen++
+					continue
+				}
+				if info.Owner != "lister" || !info.Held || info.TTL <= 0 {
+					t.Fatalf("listed %+v", info)
+				}
+				locks++
+			}
+			return locks, foreignSeen
+		}
+		if n, f := count(manager.ListOptions{Prefix: u + "-", Count: 3}); n != 12 || f != 1 {
+			t.Fatalf("prefix %q: %d locks, %d foreign; want 12 and 1", u, n, f)
+		}
+		if n, _ := count(manager.ListOptions{Prefix: u + "-b"}); n != 4 {
+			t.Fatalf("prefix -b: %d locks, want 4", n)
+		}
+		if n, f := count(manager.ListOptions{Prefix: u, Class: "alpha"}); n != 8 || f != 1 {
+			t.Fatalf("class alpha: %d locks, %d foreign; want 8 and 1", n, f)
+		}
+		seen := 0
+		for range m.List(ctx, manager.ListOptions{Prefix: u, Count: 1}) {
+			seen++
+			if seen == 2 {
+				break
+			}
+		}
+		if seen != 2 {
+			t.Fatalf("an early break saw %d", seen)
 		}
 	})
 }

@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -59,4 +60,20 @@ func (t *topology) reload(ctx context.Context) {
 		return
 	}
 	t.cc.ReloadState(ctx)
+}
+
+// masters returns the client of every master (one server: its client).
+func (t *topology) masters(ctx context.Context) ([]*redis.Client, error) {
+	if t.cc == nil {
+		return []*redis.Client{t.one}, nil
+	}
+	var mu sync.Mutex
+	var out []*redis.Client
+	err := t.cc.ForEachMaster(ctx, func(_ context.Context, n *redis.Client) error {
+		mu.Lock()
+		out = append(out, n)
+		mu.Unlock()
+		return nil
+	})
+	return out, err
 }

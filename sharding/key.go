@@ -40,6 +40,21 @@ func ValidatePrefix(prefix string) error {
 	return nil
 }
 
+// ResourceOf returns the resource whose lock key under prefix is key: the
+// inverse of LockKey ("shardlock:{order:123}" is "order:123",
+// "shardlock:{order:123}:stock" is "{order:123}:stock"), and false for a
+// key that does not start with prefix.
+func ResourceOf(prefix, key string) (string, bool) {
+	r, ok := strings.CutPrefix(key, prefix)
+	if !ok || r == "" {
+		return "", false
+	}
+	if len(r) >= 2 && r[0] == '{' && r[len(r)-1] == '}' && !strings.ContainsAny(r[1:len(r)-1], "{}") {
+		return r[1 : len(r)-1], true
+	}
+	return r, true
+}
+
 // LockKey returns the Redis key of the lock on resource under prefix.
 //
 // A resource with a non-empty hash tag of its own keeps it:

@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/shardlock/shardlock/internal/keyscan"
 	"github.com/shardlock/shardlock/manager"
 	"github.com/shardlock/shardlock/metrics"
 	"github.com/shardlock/shardlock/sharding"
@@ -194,32 +195,22 @@ func (e *Exporter) Scan(ctx context.Context) *ScanResult {
 		mu.Lock()
 		res.Masters[addr] = ms
 		mu.Unlock()
-		var cursor uint64
-		for {
-			keys, next, err := c.Scan(ctx, cursor, e.cfg.Prefix+"*", e.cfg.ScanCount).Result()
-			if err != nil {
-				return err
-			}
+		return keyscan.Walk(ctx, c, e.cfg.Prefix+"*", e.cfg.ScanCount, func(keys []string, more bool) (bool, error) {
 			// Take no more keys than the cap has left (masters scan at once).
 			mu.Lock()
 			budget := e.cfg.MaxKeys - examined
-			if len(keys) > budget {
-				keys, next = keys[:max(budget, 0)], 1 // cut short: there were more
+			cut := len(keys) > budget
+			if cut {
+				keys = keys[:max(budget, 0)]
 			}
 			examined += len(keys)
 			stop := examined >= e.cfg.MaxKeys
-			if stop && next != 0 {
-				res.Truncated = true
+			if cut || (stop && more) {
+				res.Truncated = true // there were more
 			}
 			mu.Unlock()
-			if err := e.examine(ctx, c, keys, res, &mu, classes, start); err != nil {
-				return err
-			}
-			if next == 0 || stop {
-				return nil
-			}
-			cursor = next
-		}
+			return stop, e.examine(ctx, c, keys, res, &mu, classes, start)
+		})
 	})
 	res.Examined = examined
 	if err != nil {
@@ -309,15 +300,6 @@ func (e *Exporter) examine(ctx context.Context, c *redis.Client, keys []string, 
 	return nil
 }
 
-// resourceOf undoes sharding.LockKey.
-func resourceOf(prefix, key string) string {
-	r := strings.TrimPrefix(key, prefix)
-	if len(r) >= 2 && r[0] == '{' && r[len(r)-1] == '}' && !strings.ContainsAny(r[1:len(r)-1], "{}") {
-		return r[1 : len(r)-1]
-	}
-	return r
-}
-
 func masterStats(ctx context.Context, c *redis.Client) (MasterStats, error) {
 	info, err := c.Info(ctx).Result() // the default sections hold clients and stats
 	if err != nil {
@@ -356,4 +338,10 @@ func (b *classBounder) name(c string) string {
 	}
 	b.seen[c] = true
 	return c
+}
+
+// resourceOf is the resource of a lock key found by a scan under prefix.
+func resourceOf(prefix, key string) string {
+	r, _ := sharding.ResourceOf(prefix, key)
+	return r
 }
