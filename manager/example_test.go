@@ -296,3 +296,24 @@ func ExampleManager_Inspect() {
 	// Output:
 	// true billing-7 0 true
 }
+
+// An operator frees a stuck lock; its holder learns who and why.
+func ExampleManager_ForceRelease() {
+	client, stop := exampleClient()
+	defer stop()
+	ctx := context.Background()
+	worker, _ := manager.New(client, manager.WithOwner("worker-1"))
+	defer worker.Close(ctx)
+	ops, _ := manager.New(client, manager.WithOwner("ops-alice"))
+	defer ops.Close(ctx)
+
+	lock, _ := worker.Acquire(ctx, "report:daily")
+	if err := ops.ForceRelease(ctx, "report:daily", "stuck since the deploy"); err != nil {
+		panic(err)
+	}
+	err := lock.Release(ctx)
+	var forced *manager.ForcedReleaseError
+	fmt.Println(errors.As(err, &forced), forced.By, forced.Reason)
+	// Output:
+	// true ops-alice stuck since the deploy
+}

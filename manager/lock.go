@@ -345,7 +345,7 @@ func lostReason(cause error) string {
 		return metrics.ReasonValidity // before ErrExpired, which it matches
 	case errors.Is(cause, ErrMaxHoldExceeded):
 		return metrics.ReasonMaxHold
-	case errors.Is(cause, ErrNotHeld):
+	case errors.Is(cause, ErrNotHeld), errors.Is(cause, ErrForceReleased):
 		return metrics.ReasonNotHeld
 	case errors.Is(cause, ErrExpired):
 		return metrics.ReasonExpired
@@ -417,6 +417,11 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		l.cls.Renewed(metrics.ReasonExpired)
 		l.markLost(ErrExpired)
 		return ErrExpired
+	case scripts.Forced:
+		ferr := m.forcedError(l.key, l.token)
+		l.cls.Renewed(metrics.ReasonNotHeld)
+		l.markLost(ferr)
+		return ferr
 	case scripts.NotOurs:
 		l.cls.Renewed(metrics.ReasonNotHeld)
 		l.markLost(ErrNotHeld)
@@ -549,6 +554,10 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 		return 0, fmt.Errorf("shardlock: ttl: %w", err)
 	}
 	switch res[0] {
+	case scripts.Forced:
+		ferr := l.m.forcedError(l.key, l.token)
+		l.markLost(ferr)
+		return 0, ferr
 	case scripts.Gone:
 		l.markLost(ErrExpired)
 		return 0, ErrExpired

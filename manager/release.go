@@ -141,6 +141,8 @@ func releaseResult(r int64, err error, ambiguous bool, sentAt, validUntil time.T
 		return nil
 	case r == scripts.Gone:
 		return ErrExpired
+	case r == scripts.Forced:
+		return ErrForceReleased // the caller reads who and why (forcedError)
 	}
 	return ErrNotHeld
 }
@@ -189,7 +191,7 @@ func (l *Lock) finishRelease(result error) {
 	l.mu.Lock()
 	l.state = stateReleased
 	if result != nil {
-		if errors.Is(result, ErrNotHeld) || errors.Is(result, ErrExpired) {
+		if errors.Is(result, ErrLockLost) {
 			l.err = lost(result)
 		} else {
 			l.err = result
@@ -297,6 +299,9 @@ func (l *Lock) Release(ctx context.Context) error {
 		for _, k := range l.scriptKeys() {
 			m.sched.addOrphan(k, l.token, validUntil)
 		}
+	}
+	if result == ErrForceReleased {
+		result = m.forcedError(l.key, l.token)
 	}
 	l.finishRelease(result)
 	if ce := m.log.Check(zap.DebugLevel, "lock released"); ce != nil {

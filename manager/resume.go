@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/shardlock/shardlock/internal/scripts"
+	"github.com/shardlock/shardlock/sharding"
+	"go.uber.org/zap"
 )
 
 // ErrForgotten is what a Lock answers after Forget: its manager no longer
@@ -103,4 +106,101 @@ func (l *Lock) Forget() error {
 	}
 	l.m.queues.holderGone(l)
 	return nil
+}
+
+// ErrForceReleased: an operator removed the lock with ForceRelease. It is
+// in the "no longer held" family (it matches ErrLockLost); a
+// *ForcedReleaseError says who forced it and why.
+var ErrForceReleased error = &noLongerHeld{"shardlock: lock force-released"}
+
+// ForcedReleaseError is what the evicted holder of a force-released lock
+// learns: who forced it (the forcing manager's owner id) and why. It
+// matches ErrForceReleased and ErrLockLost.
+type ForcedReleaseError struct {
+	By, Reason string
+}
+
+func (e *ForcedReleaseError) Error() string {
+	if e.By == "" && e.Reason == "" {
+		return ErrForceReleased.Error()
+	}
+	return fmt.Sprintf("shardlock: lock force-released by %s: %s", e.By, e.Reason)
+}
+
+// Unwrap returns ErrForceReleased.
+func (e *ForcedReleaseError) Unwrap() error { return ErrForceReleased }
+
+// MaxReasonLen bounds a ForceRelease reason, in bytes.
+const MaxReasonLen = 256
+
+// forcedRecordTTL is how long a forced release's record stays beside the
+// key: long enough for the evicted holder's next renewal (TTL/3) to read it.
+const forcedRecordTTL = 5 * time.Minute
+
+// ForceRelease removes resource's lock whoever holds it, and hands it to
+// the next queued waiter as a release would. It leaves a record of who
+// forced it (this Manager's owner id) and why, for forcedRecordTTL, so
+// that the evicted holder's next renewal, release or TTL read fails with a
+// *ForcedReleaseError (its Done closes, its Context is cancelled with it).
+// Every forced release is logged at WARN (who, why, resource, the evicted
+// owner; never the token).
+//
+// It returns nil when it removed a lock, ErrExpired when none was held,
+// an error matching ErrNotHeld when the key holds a value that is not a
+// shardlock token (it is left alone), and an *InvalidArgumentError for a
+// bad resource or an empty, non-printable or too long reason (at most
+// MaxReasonLen bytes), before any round trip.
+func (m *Manager) ForceRelease(ctx context.Context, resource, reason string) error {
+	if err := m.usable(); err != nil {
+		return err
+	}
+	if ctx == nil {
+		return invalid("context", "nil")
+	}
+	key, err := m.lockKey(resource)
+	if err != nil {
+		return err
+	}
+	if reason == "" || len(reason) > MaxReasonLen || !printable(reason) {
+		return invalid("reason", "must be 1 to %d bytes of printable UTF-8", MaxReasonLen)
+	}
+	before, _ := m.Inspect(ctx, resource) // who is evicted, for the log; best effort
+	var code int64
+	err = m.retryTransient(ctx, time.Time{}, func(ctx context.Context) error {
+		var err error
+		code, err = m.runScript(ctx, m.cmd, scripts.ForceRelease, []string{key}, m.cfg.owner+"|"+reason,
+			strconv.FormatInt(forcedRecordTTL.Milliseconds(), 10)).Int64()
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("shardlock: force release %q: %w", resource, err)
+	}
+	switch code {
+	case scripts.Gone:
+		return ErrExpired
+	case scripts.NotOurs:
+		return fmt.Errorf("shardlock: force release %q: the key holds a value that is not a shardlock token: %w", resource, ErrNotHeld)
+	}
+	m.log.Warn("lock force-released", zap.String("event", "force_released"), zap.String("resource", resource),
+		zap.String("by", m.cfg.owner), zap.String("reason", reason), zap.String("evicted_owner", before.Owner),
+		zap.Bool("handed_over", code == scripts.HandedOver))
+	return nil
+}
+
+// forcedError reads the record a forced release left beside key for
+// token, to say who forced it and why (best effort: bounded, and plain
+// ErrForceReleased when the record cannot be read).
+func (m *Manager) forcedError(key, token string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	rec, err := m.client.Get(ctx, sharding.ForcedKey(key)).Result()
+	if err != nil {
+		return &ForcedReleaseError{}
+	}
+	rest, ok := strings.CutPrefix(rec, token+"=")
+	if !ok {
+		return &ForcedReleaseError{}
+	}
+	by, why, _ := strings.Cut(rest, "|")
+	return &ForcedReleaseError{By: by, Reason: why}
 }

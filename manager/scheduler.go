@@ -406,6 +406,10 @@ func (s *scheduler) renewResult(r renewal, c scriptCall) {
 		l.cls.Renewed(metrics.ReasonExpired)
 		l.markLost(ErrExpired)
 		return
+	case err == nil && res == scripts.Forced:
+		l.cls.Renewed(metrics.ReasonNotHeld)
+		l.markLost(s.m.forcedError(l.key, l.token))
+		return
 	case err == nil:
 		l.cls.Renewed(metrics.ReasonNotHeld)
 		l.markLost(ErrNotHeld)

@@ -16,6 +16,7 @@ const (
 	ChannelSuffix = ":released"
 	QueueSuffix   = ":waiters"
 	OutcomeSuffix = ":outcome"
+	ForcedSuffix  = ":forced"
 )
 
 // QueuedMark follows the token in a lock key's value while waiters may be
@@ -106,9 +107,14 @@ func QueueKey(lockKey string) string { return lockKey + QueueSuffix }
 // run twice answers the same. It shares lockKey's slot.
 func OutcomeKey(lockKey string) string { return lockKey + OutcomeSuffix }
 
+// ForcedKey returns the key of the short-lived record a forced release
+// leaves beside the lock key: "<token>=<who>|<why>".
+func ForcedKey(lockKey string) string { return lockKey + ForcedSuffix }
+
 // IsHelperKey reports whether key is a helper key ([FenceKey], [QueueKey],
 // [OutcomeKey]) rather than a lock key, for tools that scan a key space by
 // prefix.
 func IsHelperKey(key string) bool {
-	return strings.HasSuffix(key, FenceSuffix) || strings.HasSuffix(key, QueueSuffix) || strings.HasSuffix(key, OutcomeSuffix)
+	return strings.HasSuffix(key, FenceSuffix) || strings.HasSuffix(key, QueueSuffix) || strings.HasSuffix(key, OutcomeSuffix) ||
+		strings.HasSuffix(key, ForcedSuffix)
 }

@@ -3,12 +3,15 @@
 -- The key holds the token, followed by "\30" while waiters are queued for
 -- it (see release.lua); either is the holder's.
 -- Returns 1 when extended, 0 when the key is gone, -1 when another token,
--- another value or a key of another type holds it.
+-- another value or a key of another type holds it, -2 when a forced
+-- release (force_release.lua) took it from the token.
 -- #include prelude.lua
 local v = redis.pcall('GET', KEYS[1])
 if is_mine(v, ARGV[1]) then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   return 1
+elseif forced(KEYS[1], ARGV[1]) then
+  return -2
 elseif v == false then
   return 0
 end

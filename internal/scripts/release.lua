@@ -17,8 +17,9 @@
 -- Returns 1 when the key held the token and was deleted, 0 when the key is
 -- gone (expired), -1 when another token, another value or a key of another
 -- type holds it, 2 when the key was handed
--- to a queued waiter (ARGV[2], if given, queued behind it), and {3, fence}
--- when it was handed to ARGV[2]'s waiter.
+-- to a queued waiter (ARGV[2], if given, queued behind it), {3, fence}
+-- when it was handed to ARGV[2]'s waiter, and -2 when a forced release
+-- (force_release.lua) took the key from the token.
 --
 -- The same call run twice (a re-send) answers the same: a release that
 -- deleted the key or handed it to a queued waiter leaves its outcome on
@@ -57,6 +58,7 @@ if not is_mine(v, ARGV[1]) then
     local f = string.match(out, '^3:(%d+)$')
     if f then return {3, tonumber(f)} end
   end
+  if forced(k, ARGV[1]) then return -2 end
   if v == false then return 0 end
   return -1
 end

@@ -18,6 +18,9 @@ const (
 	// HandedToNext (release, as {HandedToNext, fence}): the key now holds
 	// the waiter whose entry the release carried (ARGV[2]).
 	HandedToNext int64 = 3
+	// Forced (release, extend, the TTL read): the token's lock was taken
+	// away by a forced release, which left its record beside the key.
+	Forced int64 = -2
 )
 
 // The acquire scripts' statuses (acquire_fenced.lua, acquire_queue.lua,

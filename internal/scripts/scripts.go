@@ -39,6 +39,8 @@ var (
 	pttlBatchSrc string
 	//go:embed resume.lua
 	resumeSrc string
+	//go:embed force_release.lua
+	forceReleaseSrc string
 )
 
 // The scripts. Their contracts are in the .lua files; the shared pieces
@@ -55,6 +57,7 @@ var (
 	ExtendBatch   = redis.NewScript(include(extendBatchSrc))
 	PTTLBatch     = redis.NewScript(include(pttlBatchSrc))
 	Resume        = redis.NewScript(include(resumeSrc))
+	ForceRelease  = redis.NewScript(include(forceReleaseSrc))
 )
 
 // ClaimLease is how long a key handed to a waiter queued in Redis lives
@@ -64,7 +67,7 @@ const ClaimLease = 200 * time.Millisecond
 
 // All lists every script, for preloading.
 func All() []*redis.Script {
-	return []*redis.Script{AcquireFenced, Release, AcquireQueue, Extend, PTTL, AcquireBatch, ReleaseBatch, ExtendBatch, PTTLBatch, Resume}
+	return []*redis.Script{AcquireFenced, Release, AcquireQueue, Extend, PTTL, AcquireBatch, ReleaseBatch, ExtendBatch, PTTLBatch, Resume, ForceRelease}
 }
 
 // includePrefix starts the line where a script takes a shared piece.
@@ -76,12 +79,18 @@ const includePrefix = "-- #include "
 // not exist would make Redis answer TRYAGAIN to every script on a held
 // lock for as long as its slot migrates), the queued mark, and is_mine,
 // the one test of whether a lock key's value is a token's.
-var preludeSrc = fmt.Sprintf(`local FENCE_SUFFIX, QUEUE_SUFFIX, OUTCOME_SUFFIX, CHANNEL_SUFFIX = %q, %q, %q, %q
+var preludeSrc = fmt.Sprintf(`local FENCE_SUFFIX, QUEUE_SUFFIX, OUTCOME_SUFFIX, CHANNEL_SUFFIX, FORCED_SUFFIX = %q, %q, %q, %q, %q
 local QUEUED_MARK = '\%d'
 -- is_mine reports whether v, a lock key's value, is token tok, with or
 -- without the queued mark.
 local function is_mine(v, tok) return v == tok or v == tok .. QUEUED_MARK end
-`, sharding.FenceSuffix, sharding.QueueSuffix, sharding.OutcomeSuffix, sharding.ChannelSuffix, sharding.QueuedMark[0])
+-- forced reports whether a forced release took key k from token tok: it
+-- left "<tok>=<who>|<why>" on k's forced record.
+local function forced(k, tok)
+  local r = redis.pcall('GET', k .. FORCED_SUFFIX)
+  return type(r) == 'string' and string.sub(r, 1, #tok + 1) == tok .. '='
+end
+`, sharding.FenceSuffix, sharding.QueueSuffix, sharding.OutcomeSuffix, sharding.ChannelSuffix, sharding.ForcedSuffix, sharding.QueuedMark[0])
 
 // pieces are the shared pieces, by name.
 var pieces = map[string]*string{"handover.lua": &handoverSrc, "fence.lua": &fenceSrc, "prelude.lua": &preludeSrc}

@@ -44,7 +44,7 @@ func TestClaimLeaseMatches(t *testing.T) {
 // The scripts name helper keys, channels and the queued mark only through
 // prelude.lua's names, which are sharding's constants.
 func TestSuffixesAreShardings(t *testing.T) {
-	for _, suffix := range []string{sharding.FenceSuffix, sharding.QueueSuffix, sharding.OutcomeSuffix, sharding.ChannelSuffix} {
+	for _, suffix := range []string{sharding.FenceSuffix, sharding.QueueSuffix, sharding.OutcomeSuffix, sharding.ChannelSuffix, sharding.ForcedSuffix} {
 		if !strings.Contains(preludeSrc, fmt.Sprintf("%q", suffix)) {
 			t.Errorf("prelude.lua lacks %q", suffix)
 		}
@@ -67,7 +67,7 @@ func TestSuffixesAreShardings(t *testing.T) {
 	// QUEUED_MARK, never a spelled-out mark.
 	all := map[string]string{"handover": handoverSrc, "release": releaseSrc, "release_batch": releaseBatchSrc,
 		"acquire_queue": acquireQueueSrc, "acquire_batch": acquireBatchSrc, "acquire_fenced": acquireFencedSrc,
-		"extend": extendSrc, "extend_batch": extendBatchSrc, "pttl": pttlSrc, "pttl_batch": pttlBatchSrc, "resume": resumeSrc}
+		"extend": extendSrc, "extend_batch": extendBatchSrc, "pttl": pttlSrc, "pttl_batch": pttlBatchSrc, "resume": resumeSrc, "force_release": forceReleaseSrc}
 	for name, src := range all {
 		for line := range strings.Lines(src) {
 			if !strings.HasPrefix(strings.TrimSpace(line), "--") && strings.Contains(line, `\30`) {
