@@ -154,6 +154,8 @@ func Overview() (dashboard.Dashboard, error) {
 		query(fmt.Sprintf(`sum by (%s) (%s)`, metrics.LabelReason, rate(metrics.ReleaseFailuresTotal, libSel)), "failed: {{reason}}")))
 	b.WithPanel(series("Locks lost", "Held locks lost before their release, by reason: mutual exclusion may have been broken.", units.Short, 8,
 		query(fmt.Sprintf(`sum by (%s, %s) (increase(%s{%s}[$__rate_interval]))`, metrics.LabelClass, metrics.LabelReason, metrics.LocksLostTotal, libSel), "{{lock_class}} {{reason}}")))
+	b.WithPanel(series("Forced releases", "Locks removed by ForceRelease (an operator's action), by lock class.", units.Short, 8,
+		query(fmt.Sprintf(`sum by (%s) (increase(%s{%s}[$__rate_interval]))`, metrics.LabelClass, metrics.ForceReleasesTotal, libSel), "{{lock_class}}")))
 	return b.Build()
 }
 

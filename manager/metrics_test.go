@@ -282,3 +282,29 @@ func BenchmarkMetricsOverhead(b *testing.B) {
 		}
 	}
 }
+
+// Every forced release is counted, by the class of the lock it removed.
+func TestForceReleaseCounted(t *testing.T) {
+	_, c := miniClient(t)
+	reg := prometheus.NewRegistry()
+	mx, err := metrics.New(reg, metrics.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := newManager(t, c, manager.WithMetrics(mx))
+	worker := newManager(t, c)
+	ctx := ctxT(t)
+	if _, err := worker.TryAcquire(ctx, "stuck"); err != nil {
+		t.Fatal(err)
+	}
+	if got := series(t, reg, metrics.ForceReleasesTotal, metrics.ClassDefault); got != 0 {
+		t.Fatalf("before: %v", got)
+	}
+	if err := ops.ForceRelease(ctx, "stuck", "test"); err != nil {
+		t.Fatal(err)
+	}
+	_ = ops.ForceRelease(ctx, "stuck", "again") // nothing left to remove: not counted
+	if got := series(t, reg, metrics.ForceReleasesTotal, metrics.ClassDefault); got != 1 {
+		t.Fatalf("after one forced release: %v", got)
+	}
+}

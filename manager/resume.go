@@ -181,6 +181,9 @@ func (m *Manager) ForceRelease(ctx context.Context, resource, reason string) err
 	case scripts.NotOurs:
 		return fmt.Errorf("shardlock: force release %q: the key holds a value that is not a shardlock token: %w", resource, ErrNotHeld)
 	}
+	if m.mx != nil {
+		m.mx.Class(m.className(resource)).ForceReleased()
+	}
 	m.log.Warn("lock force-released", zap.String("event", "force_released"), zap.String("resource", resource),
 		zap.String("by", m.cfg.owner), zap.String("reason", reason), zap.String("evicted_owner", before.Owner),
 		zap.Bool("handed_over", code == scripts.HandedOver))

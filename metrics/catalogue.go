@@ -17,6 +17,7 @@ const (
 	LocksHeld                          = "shardlock_locks_held"
 	OldestLockAcquiredTimestampSeconds = "shardlock_oldest_lock_acquired_timestamp_seconds"
 	Waiters                            = "shardlock_waiters"
+	ForceReleasesTotal                 = "shardlock_force_releases_total"
 )
 
 // Exporter metrics (cmd/exporter): what a scan of every master finds, and
@@ -123,6 +124,7 @@ var Library = []Desc{
 	{LocksHeld, "Locks held by this process now.", Gauge, []string{LabelClass}},
 	{OldestLockAcquiredTimestampSeconds, "Unix time of the acquisition of the oldest lock this process holds; 0 when it holds none.", Gauge, []string{LabelClass}},
 	{Waiters, "Acquire calls waiting for a lock held by someone else now.", Gauge, []string{LabelClass}},
+	{ForceReleasesTotal, "Locks removed by ForceRelease from this process (an operator's action), whoever held them.", Counter, []string{LabelClass}},
 }
 
 // Exporter lists the metrics cmd/exporter serves. Its scans run in the

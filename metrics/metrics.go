@@ -31,9 +31,9 @@ type Metrics struct {
 	maxClasses int
 	allowed    map[string]bool
 
-	attempts, acqFailures, releases, relFailures, renewals, renFailures, lost *prometheus.CounterVec
-	acqDuration, holdDuration                                                 *prometheus.HistogramVec
-	waiters                                                                   *prometheus.GaugeVec
+	attempts, acqFailures, releases, relFailures, renewals, renFailures, lost, forced *prometheus.CounterVec
+	acqDuration, holdDuration                                                         *prometheus.HistogramVec
+	waiters                                                                           *prometheus.GaugeVec
 
 	mu      sync.RWMutex
 	classes map[string]*Class
@@ -88,6 +88,7 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 		renewals:     counterVec(RenewalsTotal),
 		renFailures:  counterVec(RenewalFailuresTotal),
 		lost:         counterVec(LocksLostTotal),
+		forced:       counterVec(ForceReleasesTotal),
 		acqDuration:  histogramVec(AcquireDurationSeconds, AcquireBuckets),
 		holdDuration: histogramVec(HoldDurationSeconds, HoldBuckets),
 		waiters: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: Waiters, Help: desc(Waiters).Help},
@@ -111,7 +112,7 @@ func New(reg prometheus.Registerer, opts Options) (*Metrics, error) {
 		}
 	}
 	for _, c := range []prometheus.Collector{m.attempts, m.acqFailures, m.releases, m.relFailures,
-		m.renewals, m.renFailures, m.lost, m.acqDuration, m.holdDuration, m.waiters, heldCollector{m}} {
+		m.renewals, m.renFailures, m.lost, m.forced, m.acqDuration, m.holdDuration, m.waiters, heldCollector{m}} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("metrics: register: %w", err)
 		}
@@ -190,6 +191,7 @@ func (m *Metrics) newClass(label string) *Class {
 		renewals: m.renewals.WithLabelValues(label),
 		hold:     m.holdDuration.WithLabelValues(label),
 		waiters:  m.waiters.WithLabelValues(label),
+		forced:   m.forced.WithLabelValues(label),
 		acqFail:  map[string]prometheus.Counter{},
 		relFail:  map[string]prometheus.Counter{},
 		renFail:  map[string]prometheus.Counter{},
@@ -284,6 +286,7 @@ func (h heldCollector) Collect(ch chan<- prometheus.Metric) {
 type Class struct {
 	name                            string
 	attempts, releases, renewals    prometheus.Counter
+	forced                          prometheus.Counter
 	acqDur, hold                    prometheus.Observer
 	waiters                         prometheus.Gauge
 	acqFail, relFail, renFail, lost map[string]prometheus.Counter // read-only after newClass
@@ -347,6 +350,14 @@ func (c *Class) Lost(hold time.Duration, reason string) {
 	}
 	c.hold.Observe(hold.Seconds())
 	inc(c.lost, reason, ReasonExpired)
+}
+
+// ForceReleased records a lock removed by ForceRelease.
+func (c *Class) ForceReleased() {
+	if c == nil {
+		return
+	}
+	c.forced.Inc()
 }
 
 // Waiting adds delta to the waiters gauge.
