@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"time"
 
@@ -23,35 +20,30 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/shardlock/shardlock/internal/cliflags"
 	"github.com/shardlock/shardlock/internal/exporter"
 	"github.com/shardlock/shardlock/metrics"
 )
 
 type options struct {
-	addr, user, password, caFile, prefix string
-	cluster, tls                         bool
-	listen, webConfig, telemetryPath     string
-	scanInterval, scanTimeout, overdue   time.Duration
-	probeInterval, probeTimeout          time.Duration
-	scanCount                            int64
-	maxKeys, maxClasses                  int
+	cliflags.Redis
+	listen, webConfig, telemetryPath   string
+	scanInterval, scanTimeout, overdue time.Duration
+	probeInterval, probeTimeout        time.Duration
+	scanCount                          int64
+	maxKeys, maxClasses                int
 }
 
+// envPrefix starts the environment variable that stands in for a flag.
+const envPrefix = "SHARDLOCK_EXPORTER_"
+
 // envName is the environment variable that stands in for a flag.
-func envName(flagName string) string {
-	return "SHARDLOCK_EXPORTER_" + strings.ToUpper(strings.NewReplacer(".", "_", "-", "_").Replace(flagName))
-}
+func envName(flagName string) string { return cliflags.EnvName(envPrefix, flagName) }
 
 func parseFlags(args []string) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("shardlock-exporter", flag.ContinueOnError)
-	fs.StringVar(&o.addr, "redis.addr", "", "Redis address, or comma-separated cluster seeds; empty: demo mode on an embedded Redis")
-	fs.BoolVar(&o.cluster, "redis.cluster", false, "the address is a cluster seed (implied by several addresses)")
-	fs.StringVar(&o.user, "redis.user", "", "Redis ACL user")
-	fs.StringVar(&o.password, "redis.password", "", "Redis password (prefer the environment variable)")
-	fs.BoolVar(&o.tls, "redis.tls", false, "connect to Redis over TLS")
-	fs.StringVar(&o.caFile, "redis.tls-ca-file", "", "CA certificate file for Redis TLS")
-	fs.StringVar(&o.prefix, "lock.prefix", "shardlock:", "lock key prefix")
+	o.Redis.Register(fs, "empty: demo mode on an embedded Redis")
 	fs.DurationVar(&o.scanInterval, "scan.interval", 30*time.Second, "time between background scans")
 	fs.DurationVar(&o.scanTimeout, "scan.timeout", 20*time.Second, "deadline of one scan")
 	fs.Int64Var(&o.scanCount, "scan.count", 1000, "SCAN COUNT")
@@ -63,16 +55,8 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.listen, "web.listen-address", ":9436", "address to serve on")
 	fs.StringVar(&o.webConfig, "web.config.file", "", "exporter-toolkit web config file (TLS, basic auth)")
 	fs.StringVar(&o.telemetryPath, "web.telemetry-path", "/metrics", "path of the metrics")
-	var envErr error
-	fs.VisitAll(func(f *flag.Flag) {
-		if v, ok := os.LookupEnv(envName(f.Name)); ok {
-			if err := f.Value.Set(v); err != nil && envErr == nil {
-				envErr = fmt.Errorf("%s=%q: %w", envName(f.Name), v, err)
-			}
-		}
-	})
-	if envErr != nil {
-		return nil, envErr
+	if err := cliflags.ApplyEnv(fs, envPrefix); err != nil {
+		return nil, err
 	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -113,28 +97,7 @@ func (o *options) validate() error {
 	return nil
 }
 
-func (o *options) client() (redis.UniversalClient, error) {
-	var tlsCfg *tls.Config
-	if o.tls {
-		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12}
-		if o.caFile != "" {
-			pem, err := os.ReadFile(o.caFile)
-			if err != nil {
-				return nil, err
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("no certificate in %s", o.caFile)
-			}
-			tlsCfg.RootCAs = pool
-		}
-	}
-	addrs := strings.Split(o.addr, ",")
-	if o.cluster || len(addrs) > 1 {
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Username: o.user, Password: o.password, TLSConfig: tlsCfg}), nil
-	}
-	return redis.NewClient(&redis.Options{Addr: addrs[0], Username: o.user, Password: o.password, TLSConfig: tlsCfg}), nil
-}
+func (o *options) client() (redis.UniversalClient, error) { return o.Redis.Client() }
 
 // run serves until ctx ends. ready, when not nil, receives the address the
 // server listens on.
@@ -151,7 +114,7 @@ func run(ctx context.Context, args []string, out io.Writer, ready chan<- string)
 
 	var client redis.UniversalClient
 	var demo *demoWorkload
-	if o.addr == "" {
+	if o.Addr == "" {
 		mr, err := miniredis.Run()
 		if err != nil {
 			return err
@@ -174,7 +137,7 @@ func run(ctx context.Context, args []string, out io.Writer, ready chan<- string)
 	defer client.Close()
 
 	exp, err := exporter.New(client, exporter.Config{
-		Prefix: o.prefix, ScanInterval: o.scanInterval, ScanTimeout: o.scanTimeout, ScanCount: o.scanCount,
+		Prefix: o.Prefix, ScanInterval: o.scanInterval, ScanTimeout: o.scanTimeout, ScanCount: o.scanCount,
 		MaxKeys: o.maxKeys, MaxClasses: o.maxClasses, Overdue: o.overdue,
 		ProbeInterval: o.probeInterval, ProbeTimeout: o.probeTimeout, Logger: logger,
 	})

@@ -145,7 +145,7 @@ func TestFlagsFromEnvironment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.maxKeys != 42 || o.addr != "127.0.0.1:1" || o.scanCount != 7 {
+	if o.maxKeys != 42 || o.Addr != "127.0.0.1:1" || o.scanCount != 7 {
 		t.Fatalf("options %+v", o)
 	}
 	t.Setenv("SHARDLOCK_EXPORTER_SCAN_COUNT", "many")
