@@ -37,8 +37,6 @@ type options struct {
 // envPrefix starts the environment variable that stands in for a flag.
 const envPrefix = "SHARDLOCK_EXPORTER_"
 
-// envName is the environment variable that stands in for a flag.
-func envName(flagName string) string { return cliflags.EnvName(envPrefix, flagName) }
 
 func parseFlags(args []string) (*options, error) {
 	o := &options{}
