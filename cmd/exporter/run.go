@@ -37,7 +37,6 @@ type options struct {
 // envPrefix starts the environment variable that stands in for a flag.
 const envPrefix = "SHARDLOCK_EXPORTER_"
 
-
 func parseFlags(args []string) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("shardlock-exporter", flag.ContinueOnError)
