@@ -111,13 +111,15 @@ func run(ctx context.Context, args []string, out io.Writer, ready chan<- string)
 
 	var client redis.UniversalClient
 	var demo *demoWorkload
+	demoAddr := ""
 	if o.Addr == "" {
 		mr, err := miniredis.Run()
 		if err != nil {
 			return err
 		}
 		defer mr.Close()
-		client = redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		demoAddr = mr.Addr()
+		client = redis.NewClient(&redis.Options{Addr: demoAddr})
 		demo, err = startDemo(ctx, client, reg, mr)
 		if err != nil {
 			_ = client.Close()
@@ -173,6 +175,7 @@ func run(ctx context.Context, args []string, out io.Writer, ready chan<- string)
 
 	if demo != nil {
 		fmt.Fprintf(out, "demo: an embedded Redis with a contended lock, a slow holder and one leaked key (no TTL)\n")
+		fmt.Fprintf(out, "demo: its locks, from another shell: go run ./cmd/shardlock -redis.addr %s list\n", demoAddr)
 	}
 	fmt.Fprintf(out, "serving http://%s%s (landing page http://%s/)\n", addr, o.telemetryPath, addr)
 	if ready != nil {

@@ -11,6 +11,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
 	"github.com/shardlock/shardlock/internal/testenv"
 	"github.com/shardlock/shardlock/manager"
 )
@@ -120,5 +122,25 @@ func TestCLIEnv(t *testing.T) {
 	t.Setenv(envPrefix+"REDIS_ADDR", testenv.StandaloneAddr(t))
 	if code, _, errs := cli(t, "list", "-prefix", testenv.Unique("none")); code != exitOK {
 		t.Fatalf("list with SHARDLOCK_CLI_REDIS_ADDR: exit %d, %s", code, errs)
+	}
+}
+
+// The tool works against an embedded Redis too, as the exporter's demo
+// runs (it prints the address to point the tool at).
+func TestCLIOnEmbeddedRedis(t *testing.T) {
+	mr := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer c.Close()
+	m, err := manager.New(c, manager.WithOwner("demo-worker"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(context.Background())
+	if _, err := m.TryAcquire(context.Background(), "demo:lock"); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := cli(t, "-redis.addr", mr.Addr(), "list")
+	if code != exitOK || !strings.Contains(out, "demo:lock") || !strings.Contains(out, "demo-worker") {
+		t.Fatalf("list on an embedded Redis: exit %d, %q %s", code, out, errs)
 	}
 }
