@@ -303,21 +303,7 @@ func TestZeroValuesAreSafe(t *testing.T) {
 		})
 	}
 	t.Run("zero lock", func(t *testing.T) {
-		l := &manager.Lock{}
-		if err := l.Release(ctx); !errors.Is(err, manager.ErrNilLock) {
-			t.Fatalf("Release = %v", err)
-		}
-		if err := l.Extend(ctx, time.Second); !errors.Is(err, manager.ErrNilLock) {
-			t.Fatalf("Extend = %v", err)
-		}
-		if _, err := l.TTL(ctx); !errors.Is(err, manager.ErrNilLock) {
-			t.Fatalf("TTL = %v", err)
-		}
-		<-l.Done()
-		<-l.Context().Done()
-		if !errors.Is(l.Err(), manager.ErrNilLock) {
-			t.Fatalf("Err = %v", l.Err())
-		}
+		assertNoLock(t, &manager.Lock{})
 		ml := &manager.MultiLock{}
 		if err := ml.Release(ctx); err != nil {
 			t.Fatalf("zero MultiLock Release = %v", err)
@@ -399,6 +385,16 @@ func TestBadInputMakesNoRoundTrip(t *testing.T) {
 
 func TestNilLockIsSafe(t *testing.T) {
 	var l *manager.Lock
+	assertNoLock(t, l)
+	if l.Key() != "" || l.Token() != "" || l.Resource() != "" || l.Fence() != 0 || !l.AcquiredAt().IsZero() || l.Replicas() != 0 {
+		t.Fatal("accessors of a nil lock return values")
+	}
+}
+
+// assertNoLock checks that l, a nil or zero Lock, answers ErrNilLock and
+// has ended, with no round trip and no panic.
+func assertNoLock(t *testing.T, l *manager.Lock) {
+	t.Helper()
 	ctx := context.Background()
 	if err := l.Release(ctx); !errors.Is(err, manager.ErrNilLock) {
 		t.Fatalf("Release = %v", err)
@@ -409,8 +405,8 @@ func TestNilLockIsSafe(t *testing.T) {
 	if _, err := l.TTL(ctx); !errors.Is(err, manager.ErrNilLock) {
 		t.Fatalf("TTL = %v", err)
 	}
-	if l.Key() != "" || l.Token() != "" || l.Resource() != "" || l.Fence() != 0 || !l.AcquiredAt().IsZero() || l.Replicas() != 0 {
-		t.Fatal("accessors of a nil lock return values")
+	if err := l.Forget(); !errors.Is(err, manager.ErrNilLock) {
+		t.Fatalf("Forget = %v", err)
 	}
 	<-l.Done()
 	<-l.Context().Done()
