@@ -48,10 +48,11 @@ func LinearBackoff(d time.Duration) RetryStrategy {
 	})
 }
 
-// ExponentialBackoff waits a random time in [c/2, c], c = min(max,
-// base·2^(attempt-1)) ("equal jitter": a floor of half the step, and
-// waiters that collided once spread out instead of colliding again). A
-// base or max of zero or less makes one attempt.
+// ExponentialBackoff waits a random time in (0, c], c = min(max,
+// base·2^(attempt-1)) ("full jitter"), so waiters that collided once
+// spread out instead of colliding again; a waiter that drew a long wait
+// is not the one that always loses. A base or max of zero or less makes
+// one attempt.
 func ExponentialBackoff(base, max time.Duration) RetryStrategy {
 	return RetryFunc(func(attempt int) time.Duration {
 		if base <= 0 || max <= 0 {
@@ -66,7 +67,7 @@ func ExponentialBackoff(base, max time.Duration) RetryStrategy {
 				ceil = c
 			}
 		}
-		if d := ceil/2 + upTo(ceil-ceil/2); d > 0 {
+		if d := upTo(ceil); d > 0 {
 			return d
 		}
 		return 1 // never 0, which would stop
@@ -132,7 +133,7 @@ func isNil(x any) bool {
 }
 
 // DefaultRetry is Acquire's strategy unless told otherwise: exponential
-// backoff with equal jitter from 50 ms, doubling up to 1 s, for at most 64
+// backoff with full jitter from 50 ms, doubling up to 1 s, for at most 64
 // attempts (the seeds' 50 ms doubling, capped). DefaultWait bounds it in time.
 func DefaultRetry() RetryStrategy {
 	return LimitRetry(ExponentialBackoff(50*time.Millisecond, time.Second), 64)
