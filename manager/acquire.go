@@ -76,8 +76,8 @@ func (m *Manager) resolveClass(ac *acquireConfig, resource string) {
 		return
 	}
 	name := ac.class
-	if name == "" && m.cfg.classFunc != nil {
-		name = m.cfg.classFunc(resource)
+	if name == "" {
+		name = m.className(resource)
 	}
 	ac.cls = m.mx.Class(name)
 }
