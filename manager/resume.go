@@ -164,12 +164,20 @@ func (m *Manager) ForceRelease(ctx context.Context, resource, reason string) err
 	if reason == "" || len(reason) > MaxReasonLen || !printable(reason) {
 		return invalid("reason", "must be 1 to %d bytes of printable UTF-8", MaxReasonLen)
 	}
-	before, _ := m.Inspect(ctx, resource) // who is evicted, for the log; best effort
-	var code int64
+	var (
+		code    int64
+		evicted string // the evicted holder's token: only its owner is logged
+	)
 	err = m.retryTransient(ctx, time.Time{}, func(ctx context.Context) error {
-		var err error
-		code, err = m.runScript(ctx, m.cmd, scripts.ForceRelease, []string{key}, m.cfg.owner+"|"+reason,
-			strconv.FormatInt(forcedRecordTTL.Milliseconds(), 10)).Int64()
+		res, err := m.runScript(ctx, m.cmd, scripts.ForceRelease, []string{key}, m.cfg.owner+"|"+reason,
+			strconv.FormatInt(forcedRecordTTL.Milliseconds(), 10)).Slice()
+		if err == nil && len(res) != 2 {
+			err = fmt.Errorf("unexpected reply %v", res)
+		}
+		if err == nil {
+			code, _ = res[0].(int64)
+			evicted, _ = res[1].(string)
+		}
 		return err
 	})
 	if err != nil {
@@ -184,8 +192,9 @@ func (m *Manager) ForceRelease(ctx context.Context, resource, reason string) err
 	if m.mx != nil {
 		m.mx.Class(m.className(resource)).ForceReleased()
 	}
+	info, _ := ParseToken(evicted)
 	m.log.Warn("lock force-released", zap.String("event", "force_released"), zap.String("resource", resource),
-		zap.String("by", m.cfg.owner), zap.String("reason", reason), zap.String("evicted_owner", before.Owner),
+		zap.String("by", m.cfg.owner), zap.String("reason", reason), zap.String("evicted_owner", info.Owner),
 		zap.Bool("handed_over", code == scripts.HandedOver))
 	return nil
 }
