@@ -220,94 +220,116 @@ func (l *Lock) Release(ctx context.Context) error {
 	if ctx == nil {
 		return invalid("context", "nil")
 	}
-	m := l.m
-	l.mu.Lock()
-	switch l.state {
-	case stateLost:
-		err := l.err
-		l.mu.Unlock()
+	validUntil, first, err := l.startRelease(ctx)
+	if !first {
 		return err
-	case stateReleasing, stateReleased:
-		l.mu.Unlock()
-		select {
-		case <-l.Done(): // closes when the first Release finishes
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		return l.releaseErrLocked()
 	}
-	l.state = stateReleasing
-	validUntil, watched := l.validUntil.Time(), l.watched
-	l.mu.Unlock()
-	if watched {
-		m.sched.remove(l) // else the scheduler drops it from its incoming list
-	}
-
-	var (
-		result    error
-		ambiguous bool
-		h         handover
-		handed    bool
-	)
-	err := m.retryTransient(ctx, validUntil, func(ctx context.Context) (err error) {
-		if l.multi != nil {
-			res, err := l.releaseBatchOnce(ctx, ambiguous, validUntil)
-			if err != nil {
-				ambiguous = ambiguous || isAmbiguous(err)
-				return err
-			}
-			result = res
-			return nil
-		}
-		var sentAt time.Time // read only when needed
-		if !handed {
-			// This process's next waiter for the key, if any, is queued
-			// (or handed the lock) by this release.
-			h, handed = m.queues.nextForRelease(l), true
-			sentAt = h.sentAt
-		} else if ambiguous || h.w != nil {
-			sentAt = time.Now()
-		}
-		var res any
-		if h.w == nil {
-			res, err = m.runScript(ctx, m.cmd, scripts.Release, l.keys[:], l.args[:]...).Result()
-		} else {
-			res, err = m.runScript(ctx, m.cmd, scripts.Release, l.keys[:], l.token, h.entry, luaFlag(h.local)).Result()
-		}
-		code, fence, err := parseRelease(res, err)
-		if err != nil {
-			ambiguous = ambiguous || isAmbiguous(err)
-			return err
-		}
-		if code == scripts.HandedOver {
-			m.queues.sawContended(l.key) // handed to a waiter queued in Redis
-		}
-		m.afterRelease(l, h, code, fence, sentAt, ambiguous)
-		h = handover{} // settled
-		result = releaseResult(code, nil, ambiguous, sentAt, validUntil)
-		return nil
-	})
-	if err != nil {
-		m.afterRelease(l, h, 0, 0, time.Time{}, ambiguous)
+	m := l.m
+	r := releaseTry{l: l, validUntil: validUntil}
+	if err := m.retryTransient(ctx, validUntil, r.once); err != nil {
+		m.afterRelease(l, r.h, 0, 0, time.Time{}, r.ambiguous)
 		if ctx.Err() == nil && !time.Now().Before(validUntil) {
-			result = ErrExpired // retried until the key's TTL ran out
+			r.result = ErrExpired // retried until the key's TTL ran out
 		} else {
-			result = fmt.Errorf("shardlock: release: %w", err)
+			r.result = fmt.Errorf("shardlock: release: %w", err)
 		}
 		for _, k := range l.scriptKeys() {
 			m.sched.addOrphan(k, l.token, validUntil)
 		}
 	}
-	if result == ErrForceReleased {
-		result = m.forcedError(l.key, l.token)
+	if r.result == ErrForceReleased {
+		r.result = m.forcedError(l.key, l.token)
 	}
-	l.finishRelease(result)
+	l.finishRelease(r.result)
 	if ce := m.log.Check(zap.DebugLevel, "lock released"); ce != nil {
-		ce.Write(m.fields(ctx, "released", l, zap.Duration("held", time.Since(l.acquiredAt)), zap.Error(result))...)
+		ce.Write(m.fields(ctx, "released", l, zap.Duration("held", time.Since(l.acquiredAt)), zap.Error(r.result))...)
 	}
-	return result
+	return r.result
+}
+
+// startRelease claims the release of l for this call (first), stopping
+// the watchdog's work on it, and returns its validity. A lock already lost
+// answers its error; one already released or being released answers the
+// first Release's result once that ends (or ctx's error).
+func (l *Lock) startRelease(ctx context.Context) (validUntil time.Time, first bool, err error) {
+	l.mu.Lock()
+	switch l.state {
+	case stateLost:
+		err := l.err
+		l.mu.Unlock()
+		return time.Time{}, false, err
+	case stateReleasing, stateReleased:
+		l.mu.Unlock()
+		select {
+		case <-l.Done(): // closes when the first Release finishes
+		case <-ctx.Done():
+			return time.Time{}, false, ctx.Err()
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return time.Time{}, false, l.releaseErrLocked()
+	}
+	l.state = stateReleasing
+	validUntil, watched := l.validUntil.Time(), l.watched
+	l.mu.Unlock()
+	if watched {
+		l.m.sched.remove(l) // else the scheduler drops it from its incoming list
+	}
+	return validUntil, true, nil
+}
+
+// releaseTry is one Release call's state across its tries.
+type releaseTry struct {
+	l          *Lock
+	validUntil time.Time
+	result     error    // the release's outcome, once a try was answered
+	ambiguous  bool     // a try's reply was lost: it may have run
+	h          handover // this process's next waiter, queued or handed the lock by this release
+	handed     bool     // h was chosen (on the first try)
+}
+
+// once makes one try of the release.
+func (r *releaseTry) once(ctx context.Context) error {
+	l, m := r.l, r.l.m
+	if l.multi != nil {
+		res, err := l.releaseBatchOnce(ctx, r.ambiguous, r.validUntil)
+		if err != nil {
+			r.ambiguous = r.ambiguous || isAmbiguous(err)
+			return err
+		}
+		r.result = res
+		return nil
+	}
+	var sentAt time.Time // read only when needed
+	if !r.handed {
+		// This process's next waiter for the key, if any, is queued (or
+		// handed the lock) by this release.
+		r.h, r.handed = m.queues.nextForRelease(l), true
+		sentAt = r.h.sentAt
+	} else if r.ambiguous || r.h.w != nil {
+		sentAt = time.Now()
+	}
+	var (
+		res any
+		err error
+	)
+	if r.h.w == nil {
+		res, err = m.runScript(ctx, m.cmd, scripts.Release, l.keys[:], l.args[:]...).Result()
+	} else {
+		res, err = m.runScript(ctx, m.cmd, scripts.Release, l.keys[:], l.token, r.h.entry, luaFlag(r.h.local)).Result()
+	}
+	code, fence, err := parseRelease(res, err)
+	if err != nil {
+		r.ambiguous = r.ambiguous || isAmbiguous(err)
+		return err
+	}
+	if code == scripts.HandedOver {
+		m.queues.sawContended(l.key) // handed to a waiter queued in Redis
+	}
+	m.afterRelease(l, r.h, code, fence, sentAt, r.ambiguous)
+	r.h = handover{} // settled
+	r.result = releaseResult(code, nil, r.ambiguous, sentAt, r.validUntil)
+	return nil
 }
 
 // releaseBatchOnce runs the batch release script: nil when every key was
