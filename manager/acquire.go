@@ -109,6 +109,7 @@ func acquireReason(err error, wait bool) string {
 type target struct {
 	resource, key string     // the first (or only) resource and its key
 	batch         *batchInfo // nil for a single lock
+	rw            rwMode     // a read-write lock's reader or writer, else rwNone
 }
 
 // An acquire attempt's status: the acquire scripts' (scripts.AcquireHeld,
@@ -275,10 +276,22 @@ func (a *acquirer) attemptN(n int) (res attemptResult, sendAt time.Time, err err
 			// queue next need not tell a replay apart (the queue script
 			// does), and later polls use SET NX GET.
 			firstTry: n == 1 || (n == 2 && a.queueFirst), queueNext: a.fair,
-			first: n == 1, mark: a.batchWatch,
+			first: n == 1, mark: a.batchWatch, hold: a.writerHold(),
 		})
 	}
 	return res, sendAt, err
+}
+
+// writerHold is how long new readers are to wait for a read-write lock's
+// writer that waits by polling (not queued: no notifications, or
+// WithReplicaAck) if this attempt finds the lock held: until about its next
+// poll, so that readers do not take the lock from under it while it
+// sleeps. Zero for anything else.
+func (a *acquirer) writerHold() time.Duration {
+	if a.tg.rw != rwWrite || !a.wait || a.fair {
+		return 0
+	}
+	return min(max(2*a.ac.retry.NextBackoff(a.sent+1), 100*time.Millisecond), 2*time.Second)
 }
 
 // failed handles an attempt that failed with err: it ends the acquire
@@ -328,6 +341,7 @@ func (a *acquirer) take(res attemptResult, sendAt time.Time) (_ *Lock, _ error, 
 		validFrom = a.firstAmbiguous
 	}
 	l := m.newLock(tg.resource, tg.key, a.token, a.tokenArg, res.fence, a.start, validFrom, a.ac)
+	l.rw = tg.rw
 	if res.claimed {
 		l.onClaim(validFrom)
 	}
@@ -355,13 +369,19 @@ func (a *acquirer) take(res attemptResult, sendAt time.Time) (_ *Lock, _ error, 
 		if a.fw != nil {
 			// Queue again, with the new token.
 			a.leaveRedisQueue()
-			a.fw = newFairWaiter(a.token, a.ac, a.waitUntil)
+			a.fw = newFairWaiter(a.token, a.ac, a.waitUntil, a.tg.rw)
 			m.queues.setHead(a.queue, a.fw)
 		}
 		return nil, nil, true
 	}
 	if a.queue != nil {
-		m.queues.acquired(a.queue, a.fw, l)
+		holder := l
+		if tg.rw != rwNone {
+			// A read-write lock's release hands nothing to this process's
+			// next waiter directly: readers share it (see rwlock.go).
+			holder = nil
+		}
+		m.queues.acquired(a.queue, a.fw, holder)
 		a.fw = nil
 	}
 	if !m.sched.add(l) {
@@ -469,7 +489,7 @@ func (a *acquirer) queueUp(notAcquired error) error {
 		return a.fail(notAcquired)
 	}
 	if a.fair {
-		a.fw = newFairWaiter(a.token, a.ac, a.waitUntil)
+		a.fw = newFairWaiter(a.token, a.ac, a.waitUntil, a.tg.rw)
 		// With a lock taken through this queue held, its release queues
 		// us (or hands us the lock): no attempt now.
 		a.skipOnce = m.queues.setHead(q, a.fw)
@@ -622,7 +642,7 @@ func resetTimer(t **time.Timer, d time.Duration) {
 // orphan hands a token that may hold the target's keys to the reaper.
 func (m *Manager) orphan(tg target, token string, deadline time.Time) {
 	if tg.batch == nil {
-		m.reap(tg.key, token, deadline)
+		m.reapMode(tg.key, token, tg.rw, deadline)
 		return
 	}
 	for _, k := range tg.batch.keys {
@@ -634,12 +654,18 @@ func (m *Manager) orphan(tg target, token string, deadline time.Time) {
 // reaper; after Close, when no reaper runs, it releases it once now
 // (bounded by a second), best effort.
 func (m *Manager) reap(key, token string, deadline time.Time) {
-	if m.sched.addOrphan(key, token, deadline) {
+	m.reapMode(key, token, rwNone, deadline)
+}
+
+// reapMode is reap for a lock of mode mo.
+func (m *Manager) reapMode(key, token string, mo rwMode, deadline time.Time) {
+	if m.sched.addOrphan(key, token, mo != rwNone, deadline) {
 		return
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), minTime(deadline, time.Now().Add(time.Second)))
 	defer cancel()
-	_ = m.runScript(ctx, m.client, scripts.Release, []string{key}, token).Err()
+	release, _, _ := mo.scripts()
+	_ = m.runScript(ctx, m.client, release, []string{key}, token).Err()
 }
 
 func minTime(a, b time.Time) time.Time {

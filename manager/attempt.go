@@ -32,8 +32,9 @@ type attemptArgs struct {
 	ac                  *acquireConfig
 	fw                  *fairWaiter
 	sendAt              time.Time
-	firstTry, queueNext bool // single lock: see attempt
-	first, mark         bool // batch: see attemptBatch
+	firstTry, queueNext bool          // single lock: see attempt
+	first, mark         bool          // batch: see attemptBatch
+	hold                time.Duration // a polling writer's of a read-write lock: see attemptRW
 }
 
 // send makes one acquire attempt, bounded by ctx and deadline (see
@@ -77,6 +78,8 @@ func (m *Manager) attemptSettled(ctx context.Context, a *attemptArgs) (attemptRe
 // attemptOnce makes the attempt a describes.
 func (m *Manager) attemptOnce(ctx context.Context, a *attemptArgs) (res attemptResult, err error) {
 	switch {
+	case a.tg.rw != rwNone:
+		res.status, res.fence, res.replicas, err = m.attemptRW(ctx, a)
 	case a.fw != nil:
 		res.status, res.fence, err = m.attemptQueued(ctx, a.tg.key, a.fw, a.ac)
 	case a.tg.batch == nil:

@@ -275,7 +275,8 @@ func (l *Lock) extendScript() *redis.Script {
 	if l.multi != nil {
 		return scripts.ExtendBatch
 	}
-	return scripts.Extend
+	_, extend, _ := l.rw.scripts()
+	return extend
 }
 
 // scriptKeys are the keys l's scripts take: its key, or a batch's keys.

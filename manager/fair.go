@@ -59,6 +59,7 @@ type fairWaiter struct {
 	digest   string // sha1 hex of token, as release.lua announces it
 	ttl      time.Duration
 	fencing  bool
+	mode     rwMode    // a read-write lock's reader or writer, else rwNone
 	deadline time.Time // the waiter gives up by then; its entry is dead after
 	entry    string    // its entry in Redis's queue once queued (or being queued), else ""
 	regAt    time.Time // send time of the first write that queued entry
@@ -104,15 +105,20 @@ func (lq *localQueues) recheckAt(w *fairWaiter) time.Time {
 	return at
 }
 
-func newFairWaiter(token string, ac *acquireConfig, deadline time.Time) *fairWaiter {
+func newFairWaiter(token string, ac *acquireConfig, deadline time.Time, mode rwMode) *fairWaiter {
 	sum := sha1.Sum([]byte(token))
 	return &fairWaiter{token: token, digest: hex.EncodeToString(sum[:]), ttl: ac.ttl,
-		fencing: ac.fencing, deadline: deadline, ch: make(chan grantMsg, 1)}
+		fencing: ac.fencing, mode: mode, deadline: deadline, ch: make(chan grantMsg, 1)}
 }
 
-// entryFor formats w's queue entry (see release.lua).
+// makeEntry formats w's queue entry (see handover.lua; a reader's, of a
+// read-write lock, says "r" in place of the fencing flag: see rw.lua).
 func (w *fairWaiter) makeEntry() string {
-	return strconv.FormatInt(w.deadline.UnixMilli(), 10) + ":" + strconv.FormatInt(w.ttl.Milliseconds(), 10) + ":" + luaFlag(w.fencing) + ":" + w.token
+	kind := luaFlag(w.fencing)
+	if w.mode == rwRead {
+		kind = "r"
+	}
+	return strconv.FormatInt(w.deadline.UnixMilli(), 10) + ":" + strconv.FormatInt(w.ttl.Milliseconds(), 10) + ":" + kind + ":" + w.token
 }
 
 // send delivers g without blocking (the channel holds one message; a newer
@@ -413,24 +419,31 @@ func (m *Manager) attemptQueued(ctx context.Context, key string, w *fairWaiter, 
 	res, err := scripts.AcquireQueue.Run(ctx, m.cmd, []string{key, sharding.QueueKey(key), sharding.FenceKey(key)},
 		w.token, ac.ttlMs, luaFlag(ac.fencing), entry, luaFlag(recheck)).Slice()
 	status, fence, err = parseFenced(res, err)
-	if err == nil && status == attemptContended {
-		if recheck && fence > 0 {
-			// A re-check reads the key's TTL: look again when it ends.
-			m.queues.mu.Lock()
-			w.expires = time.Now().Add(time.Duration(fence) * time.Millisecond)
-			m.queues.mu.Unlock()
-		}
+	m.queues.afterQueuedAttempt(w, entry, recheck, status, fence, err)
+	if status == attemptContended {
 		fence = 0
+	}
+	return status, fence, err
+}
+
+// afterQueuedAttempt records what a queue script's attempt for w (with
+// entry, a re-check or not) learned: on a re-check that found the key held,
+// its TTL (pttl, in ms), when w is to look again; on a failure that
+// queued nothing, that w's entry is not queued.
+func (lq *localQueues) afterQueuedAttempt(w *fairWaiter, entry string, recheck bool, status int, pttl uint64, err error) {
+	if err == nil && status == attemptContended && recheck && pttl > 0 {
+		lq.mu.Lock()
+		w.expires = time.Now().Add(time.Duration(pttl) * time.Millisecond)
+		lq.mu.Unlock()
 	}
 	if err != nil && !isAmbiguous(err) && !recheck {
 		// Not queued: the next attempt queues it.
-		m.queues.mu.Lock()
+		lq.mu.Lock()
 		if w.entry == entry {
 			w.entry = ""
 		}
-		m.queues.mu.Unlock()
+		lq.mu.Unlock()
 	}
-	return status, fence, err
 }
 
 // leaveQueued takes a waiter that gave up out of Redis's queue; if its entry
@@ -451,7 +464,7 @@ func (m *Manager) leaveQueued(ctx context.Context, key string, w *fairWaiter, en
 		if w.deadline.After(until) {
 			until = w.deadline
 		}
-		m.reap(key, w.token, until.Add(w.ttl))
+		m.reapMode(key, w.token, w.mode, until.Add(w.ttl))
 		return nil
 	}
 	if ctx.Err() != nil {

@@ -43,7 +43,7 @@ func TestParseSetNXGetReplayWithMark(t *testing.T) {
 
 func TestQueueEntry(t *testing.T) {
 	ac := &acquireConfig{ttl: 1500 * time.Millisecond, fencing: true}
-	w := newFairWaiter("sl1.1.abc.owner:with:colons", ac, time.UnixMilli(1700000000123))
+	w := newFairWaiter("sl1.1.abc.owner:with:colons", ac, time.UnixMilli(1700000000123), rwNone)
 	if got, want := w.makeEntry(), "1700000000123:1500:1:sl1.1.abc.owner:with:colons"; got != want {
 		t.Fatalf("entry %q, want %q", got, want)
 	}
@@ -135,7 +135,7 @@ func localWaiter(t *testing.T) (*miniredis.Miniredis, *Manager, *Lock, *localQue
 	}
 	t.Cleanup(func() { m.queues.leave(holder.key, q) })
 	ac := m.defaultAC
-	w := newFairWaiter(newToken("w", time.Now()), &ac, time.Now().Add(time.Minute))
+	w := newFairWaiter(newToken("w", time.Now()), &ac, time.Now().Add(time.Minute), rwNone)
 	m.queues.setHead(q, w)
 	return mr, m, holder, q, w
 }

@@ -37,6 +37,7 @@ type Lock struct {
 	args       [1]any         // {token}, boxed once, likewise
 	cls        *metrics.Class // nil without metrics
 	multi      *batchInfo     // nil unless a batch lock
+	rw         rwMode         // a read-write lock's reader or writer, else rwNone
 
 	mu sync.Mutex
 	// sig is made on first use of Context or Done: most holders never ask.
@@ -542,7 +543,7 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	script := scripts.PTTL
+	_, _, script := l.rw.scripts()
 	if l.multi != nil {
 		script = scripts.PTTLBatch
 	}

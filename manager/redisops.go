@@ -21,6 +21,9 @@ import (
 // pub/sub and the cluster behaviour we test against.
 const minServer = "7.0.0"
 
+// formatMs is a duration as a script's argument in milliseconds.
+func formatMs(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
+
 // luaFlag is a script's boolean argument: "1" or "0".
 func luaFlag(on bool) string {
 	if on {

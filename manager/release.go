@@ -38,9 +38,9 @@ func (m *Manager) releaseAll(ctx context.Context, locks []*Lock, orphans []orpha
 // their tokens go to the orphan reaper.
 func (m *Manager) releaseLocks(ctx context.Context, locks []*Lock, orphans []orphan, deadline time.Time) (failed int, err error) {
 	type item struct {
-		key, token string // an orphaned token
-		lock       *Lock
-		ambiguous  bool // an earlier try's reply was lost
+		orphan    orphan // an orphaned token
+		lock      *Lock
+		ambiguous bool // an earlier try's reply was lost
 	}
 	items := make([]item, 0, len(locks)+len(orphans))
 	for _, l := range locks {
@@ -49,7 +49,7 @@ func (m *Manager) releaseLocks(ctx context.Context, locks []*Lock, orphans []orp
 		}
 	}
 	for _, o := range orphans {
-		items = append(items, item{key: o.key, token: o.token})
+		items = append(items, item{orphan: o})
 	}
 	err = m.retryTransient(ctx, deadline, func(ctx context.Context) error {
 		calls := make([]scriptCall, len(items))
@@ -57,11 +57,12 @@ func (m *Manager) releaseLocks(ctx context.Context, locks []*Lock, orphans []orp
 		for i, it := range items {
 			switch l := it.lock; {
 			case l == nil:
-				calls[i] = scriptCall{script: scripts.Release, keys: []string{it.key}, args: []any{it.token}}
+				calls[i] = it.orphan.releaseCall()
 			case l.multi != nil:
 				calls[i] = scriptCall{script: scripts.ReleaseBatch, keys: l.multi.keys, args: l.args[:]}
 			default:
-				calls[i] = scriptCall{script: scripts.Release, keys: l.keys[:], args: l.args[:]}
+				release, _, _ := l.rw.scripts()
+				calls[i] = scriptCall{script: release, keys: l.keys[:], args: l.args[:]}
 			}
 		}
 		if err := m.bounded(ctx, time.Time{}, func(ctx context.Context) error {
@@ -114,7 +115,7 @@ func (m *Manager) releaseLocks(ctx context.Context, locks []*Lock, orphans []orp
 		failed++
 		if l := it.lock; l != nil {
 			for _, k := range l.scriptKeys() {
-				m.sched.addOrphan(k, l.token, l.validUntilNow())
+				m.sched.addOrphan(k, l.token, l.rw != rwNone, l.validUntilNow())
 			}
 			l.finishRelease(fmt.Errorf("shardlock: release: %w", err))
 		}
@@ -234,7 +235,7 @@ func (l *Lock) Release(ctx context.Context) error {
 			r.result = fmt.Errorf("shardlock: release: %w", err)
 		}
 		for _, k := range l.scriptKeys() {
-			m.sched.addOrphan(k, l.token, validUntil)
+			m.sched.addOrphan(k, l.token, l.rw != rwNone, validUntil)
 		}
 	}
 	if r.result == ErrForceReleased {
@@ -300,6 +301,9 @@ func (r *releaseTry) once(ctx context.Context) error {
 		r.result = res
 		return nil
 	}
+	if l.rw != rwNone {
+		return r.onceRW(ctx)
+	}
 	var sentAt time.Time // read only when needed
 	if !r.handed {
 		// This process's next waiter for the key, if any, is queued (or
@@ -328,6 +332,23 @@ func (r *releaseTry) once(ctx context.Context) error {
 	}
 	m.afterRelease(l, r.h, code, fence, sentAt, r.ambiguous)
 	r.h = handover{} // settled
+	r.result = releaseResult(code, nil, r.ambiguous, sentAt, r.validUntil)
+	return nil
+}
+
+// onceRW makes one try of a read-write lock's release: it hands nothing
+// to this process's next waiter directly (see rwlock.go).
+func (r *releaseTry) onceRW(ctx context.Context) error {
+	l, m := r.l, r.l.m
+	sentAt := time.Now()
+	code, _, err := parseRelease(m.runScript(ctx, m.cmd, scripts.RWRelease, l.keys[:], l.args[:]...).Result())
+	if err != nil {
+		r.ambiguous = r.ambiguous || isAmbiguous(err)
+		return err
+	}
+	if code == scripts.HandedOver {
+		m.queues.sawContended(l.key)
+	}
 	r.result = releaseResult(code, nil, r.ambiguous, sentAt, r.validUntil)
 	return nil
 }

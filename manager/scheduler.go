@@ -25,9 +25,19 @@ const maxOrphans = 10000
 // would have run out anyway).
 type orphan struct {
 	key, token string
+	rw         bool // a read-write lock's token
 	deadline   time.Time
 	next       time.Time
 	tries      int
+}
+
+// releaseCall is the script call that releases o.
+func (o orphan) releaseCall() scriptCall {
+	script := scripts.Release
+	if o.rw {
+		script = scripts.RWRelease
+	}
+	return scriptCall{script: script, keys: []string{o.key}, args: []any{o.token}}
 }
 
 // scheduler is the Manager's one background goroutine (the watchdog). It
@@ -161,7 +171,7 @@ func (s *scheduler) drainLocked() {
 // addOrphan hands a token that may hold key, until deadline, to the
 // reaper. It returns false once the scheduler has stopped: Close has taken
 // the list, and nothing would run it again.
-func (s *scheduler) addOrphan(key, token string, deadline time.Time) bool {
+func (s *scheduler) addOrphan(key, token string, rw bool, deadline time.Time) bool {
 	if !time.Now().Before(deadline) {
 		return true // nothing left to release
 	}
@@ -174,7 +184,7 @@ func (s *scheduler) addOrphan(key, token string, deadline time.Time) bool {
 		s.m.log.Warn("too many orphaned lock tokens; dropping the oldest", zap.String("event", "orphan_dropped"))
 		s.orphans = s.orphans[1:]
 	}
-	s.orphans = append(s.orphans, orphan{key: key, token: token, deadline: deadline, next: time.Now()})
+	s.orphans = append(s.orphans, orphan{key: key, token: token, rw: rw, deadline: deadline, next: time.Now()})
 	s.poke()
 	return true
 }
@@ -342,7 +352,7 @@ func (s *scheduler) process(nowTime time.Time, due []*Lock, orphans []orphan) {
 		s.reinsert(l, d, slack)
 	}
 	for _, o := range orphans {
-		calls = append(calls, scriptCall{script: scripts.Release, keys: []string{o.key}, args: []any{o.token}})
+		calls = append(calls, o.releaseCall())
 		if deadline.IsZero() || o.deadline.Before(deadline) {
 			deadline = o.deadline
 		}

@@ -41,6 +41,16 @@ var (
 	resumeSrc string
 	//go:embed force_release.lua
 	forceReleaseSrc string
+	//go:embed rw.lua
+	rwSrc string
+	//go:embed rw_acquire.lua
+	rwAcquireSrc string
+	//go:embed rw_release.lua
+	rwReleaseSrc string
+	//go:embed rw_extend.lua
+	rwExtendSrc string
+	//go:embed rw_pttl.lua
+	rwPTTLSrc string
 )
 
 // The scripts. Their contracts are in the .lua files; the shared pieces
@@ -58,6 +68,12 @@ var (
 	PTTLBatch     = redis.NewScript(include(pttlBatchSrc))
 	Resume        = redis.NewScript(include(resumeSrc))
 	ForceRelease  = redis.NewScript(include(forceReleaseSrc))
+
+	// The read-write lock's (rw.lua has its layout).
+	RWAcquire = redis.NewScript(include(rwAcquireSrc))
+	RWRelease = redis.NewScript(include(rwReleaseSrc))
+	RWExtend  = redis.NewScript(include(rwExtendSrc))
+	RWPTTL    = redis.NewScript(include(rwPTTLSrc))
 )
 
 // ClaimLease is how long a key handed to a waiter queued in Redis lives
@@ -67,7 +83,8 @@ const ClaimLease = 200 * time.Millisecond
 
 // All lists every script, for preloading.
 func All() []*redis.Script {
-	return []*redis.Script{AcquireFenced, Release, AcquireQueue, Extend, PTTL, AcquireBatch, ReleaseBatch, ExtendBatch, PTTLBatch, Resume, ForceRelease}
+	return []*redis.Script{AcquireFenced, Release, AcquireQueue, Extend, PTTL, AcquireBatch, ReleaseBatch, ExtendBatch, PTTLBatch, Resume, ForceRelease,
+		RWAcquire, RWRelease, RWExtend, RWPTTL}
 }
 
 // includePrefix starts the line where a script takes a shared piece.
@@ -93,7 +110,7 @@ end
 `, sharding.FenceSuffix, sharding.QueueSuffix, sharding.OutcomeSuffix, sharding.ChannelSuffix, sharding.ForcedSuffix, sharding.QueuedMark[0])
 
 // pieces are the shared pieces, by name.
-var pieces = map[string]*string{"handover.lua": &handoverSrc, "fence.lua": &fenceSrc, "prelude.lua": &preludeSrc}
+var pieces = map[string]*string{"handover.lua": &handoverSrc, "fence.lua": &fenceSrc, "prelude.lua": &preludeSrc, "rw.lua": &rwSrc}
 
 // include puts each shared piece in place of the line of src that includes
 // it (the rest of that line is a comment), and the pieces it includes in

@@ -39,6 +39,9 @@ func TestClaimLeaseMatches(t *testing.T) {
 	if !strings.Contains(handoverSrc, want) {
 		t.Errorf("handover.lua does not say %q", strings.TrimSpace(want))
 	}
+	if want := fmt.Sprintf("local RW_CLAIM = %d ", ClaimLease.Milliseconds()); !strings.Contains(rwSrc, want) {
+		t.Errorf("rw.lua does not say %q", strings.TrimSpace(want))
+	}
 }
 
 // The scripts name helper keys, channels and the queued mark only through
@@ -49,7 +52,8 @@ func TestSuffixesAreShardings(t *testing.T) {
 			t.Errorf("prelude.lua lacks %q", suffix)
 		}
 		for name, src := range map[string]string{"handover": handoverSrc, "release": releaseSrc, "release_batch": releaseBatchSrc,
-			"acquire_queue": acquireQueueSrc, "acquire_batch": acquireBatchSrc, "acquire_fenced": acquireFencedSrc, "extend": extendSrc} {
+			"acquire_queue": acquireQueueSrc, "acquire_batch": acquireBatchSrc, "acquire_fenced": acquireFencedSrc, "extend": extendSrc,
+			"rw": rwSrc, "rw_acquire": rwAcquireSrc, "rw_release": rwReleaseSrc, "rw_extend": rwExtendSrc, "rw_pttl": rwPTTLSrc} {
 			for line := range strings.Lines(src) {
 				if !strings.HasPrefix(strings.TrimSpace(line), "--") && strings.Contains(line, "'"+suffix+"'") {
 					t.Errorf("%s.lua spells the suffix %q: %s", name, suffix, strings.TrimSpace(line))
@@ -67,7 +71,8 @@ func TestSuffixesAreShardings(t *testing.T) {
 	// QUEUED_MARK, never a spelled-out mark.
 	all := map[string]string{"handover": handoverSrc, "release": releaseSrc, "release_batch": releaseBatchSrc,
 		"acquire_queue": acquireQueueSrc, "acquire_batch": acquireBatchSrc, "acquire_fenced": acquireFencedSrc,
-		"extend": extendSrc, "extend_batch": extendBatchSrc, "pttl": pttlSrc, "pttl_batch": pttlBatchSrc, "resume": resumeSrc, "force_release": forceReleaseSrc}
+		"extend": extendSrc, "extend_batch": extendBatchSrc, "pttl": pttlSrc, "pttl_batch": pttlBatchSrc, "resume": resumeSrc, "force_release": forceReleaseSrc,
+		"rw_acquire": rwAcquireSrc, "rw_release": rwReleaseSrc, "rw_extend": rwExtendSrc, "rw_pttl": rwPTTLSrc}
 	for name, src := range all {
 		for line := range strings.Lines(src) {
 			if !strings.HasPrefix(strings.TrimSpace(line), "--") && strings.Contains(line, `\30`) {

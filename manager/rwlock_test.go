@@ -1,0 +1,245 @@
+package manager_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardlock/shardlock/internal/testenv"
+	"github.com/shardlock/shardlock/manager"
+	"github.com/shardlock/shardlock/sharding"
+)
+
+// Readers share a read-write lock; a writer excludes readers and other
+// writers; each release says what it released; writers take rising fences,
+// readers none.
+func TestRealRWBasics(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, c redis.UniversalClient) {
+		m := newManager(t, c, manager.WithFencing(true))
+		ctx := ctxT(t)
+		res := testenv.Unique("rw")
+
+		r1, err := m.TryAcquireRead(ctx, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r2, err := m.TryAcquireRead(ctx, res)
+		if err != nil {
+			t.Fatalf("second reader: %v", err)
+		}
+		if r1.Fence() != 0 || r2.Fence() != 0 {
+			t.Fatalf("readers' fences %d, %d; want 0", r1.Fence(), r2.Fence())
+		}
+		if _, err := m.TryAcquireWrite(ctx, res); !errors.Is(err, manager.ErrNotAcquired) {
+			t.Fatalf("writer while read = %v", err)
+		}
+		if _, err := m.TryAcquire(ctx, res); !errors.Is(err, manager.ErrNotAcquired) {
+			t.Fatalf("exclusive lock on a read-write lock's key = %v", err)
+		}
+		if d, err := r1.TTL(ctx); err != nil || d <= 0 || d > manager.DefaultTTL {
+			t.Fatalf("reader TTL = %v, %v", d, err)
+		}
+		if err := r1.Extend(ctx, time.Minute); err != nil {
+			t.Fatalf("reader Extend: %v", err)
+		}
+		if pttl := c.PTTL(ctx, r1.Key()).Val(); pttl <= manager.DefaultTTL {
+			t.Fatalf("key PTTL %v after a reader's extension to 1m", pttl)
+		}
+		if err := r1.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if pttl := c.PTTL(ctx, r1.Key()).Val(); pttl <= 0 || pttl > manager.DefaultTTL {
+			t.Fatalf("key PTTL %v with only the reader of TTL %v left", pttl, manager.DefaultTTL)
+		}
+		if _, err := m.TryAcquireWrite(ctx, res); !errors.Is(err, manager.ErrNotAcquired) {
+			t.Fatalf("writer with one reader left = %v", err)
+		}
+		if err := r2.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if c.Exists(ctx, r2.Key()).Val() != 0 {
+			t.Fatal("key left after the last reader's release")
+		}
+
+		w1, err := m.TryAcquireWrite(ctx, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w1.Fence() == 0 {
+			t.Fatal("writer has no fence with fencing on")
+		}
+		if _, err := m.TryAcquireRead(ctx, res); !errors.Is(err, manager.ErrNotAcquired) {
+			t.Fatalf("reader while written = %v", err)
+		}
+		if _, err := m.TryAcquireWrite(ctx, res); !errors.Is(err, manager.ErrNotAcquired) {
+			t.Fatalf("second writer = %v", err)
+		}
+		if err := w1.Extend(ctx, 5*time.Second); err != nil {
+			t.Fatalf("writer Extend: %v", err)
+		}
+		if err := w1.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := w1.Release(ctx); err != nil {
+			t.Fatalf("second Release = %v, want the first's result", err)
+		}
+		if err := w1.Extend(ctx, time.Second); !errors.Is(err, manager.ErrReleased) {
+			t.Fatalf("Extend after Release = %v", err)
+		}
+		w2, err := m.TryAcquireWrite(ctx, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w2.Fence() <= w1.Fence() {
+			t.Fatalf("fence %d after %d", w2.Fence(), w1.Fence())
+		}
+		// A writer's key deleted under it: gone.
+		c.Del(ctx, w2.Key())
+		if err := w2.Release(ctx); !errors.Is(err, manager.ErrExpired) {
+			t.Fatalf("Release of a gone writer = %v", err)
+		}
+		// A reader's share gone while another reader holds: expired, and
+		// the other reader keeps its share.
+		r3, _ := m.TryAcquireRead(ctx, res)
+		r4, err := m.TryAcquireRead(ctx, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.HDel(ctx, r3.Key(), "r:"+r3.Token())
+		if err := r3.Extend(ctx, time.Second); !errors.Is(err, manager.ErrExpired) {
+			t.Fatalf("Extend of a gone share = %v", err)
+		}
+		if err := r4.Extend(ctx, time.Second); err != nil {
+			t.Fatalf("the other reader's Extend = %v", err)
+		}
+		if err := r4.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// A key that is not a read-write lock of shardlock's (a string, another
+// hash) is held by someone else: never written, never released.
+func TestRealRWForeignKeys(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, c redis.UniversalClient) {
+		m := newManager(t, c)
+		ctx := ctxT(t)
+		for _, setup := range []struct {
+			name string
+			put  func(key string)
+			same func(key string) bool
+		}{
+			{"exclusive lock", func(k string) { c.Set(ctx, k, "sl1.1.x.y", time.Minute) }, func(k string) bool { return c.Get(ctx, k).Val() == "sl1.1.x.y" }},
+			{"other hash", func(k string) { c.HSet(ctx, k, "a", "b") }, func(k string) bool { return c.HGet(ctx, k, "a").Val() == "b" && c.HLen(ctx, k).Val() == 1 }},
+			{"list", func(k string) { c.RPush(ctx, k, "x") }, func(k string) bool { return c.LLen(ctx, k).Val() == 1 }},
+		} {
+			t.Run(setup.name, func(t *testing.T) {
+				res := testenv.Unique("rwforeign")
+				key, _ := sharding.LockKey(sharding.DefaultPrefix, res)
+				setup.put(key)
+				defer c.Del(ctx, key)
+				if _, err := m.TryAcquireRead(ctx, res); !errors.Is(err, manager.ErrNotAcquired) {
+					t.Fatalf("reader = %v", err)
+				}
+				if _, err := m.TryAcquireWrite(ctx, res); !errors.Is(err, manager.ErrNotAcquired) {
+					t.Fatalf("writer = %v", err)
+				}
+				wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+				_, err := m.AcquireWrite(wctx, res)
+				cancel()
+				if !errors.Is(err, manager.ErrNotAcquired) {
+					t.Fatalf("waiting writer = %v", err)
+				}
+				if !setup.same(key) {
+					t.Fatal("the key was written")
+				}
+			})
+		}
+	})
+}
+
+// A waiting writer is handed the lock by the last reader's release, and
+// the readers that queued behind it by the writer's release, all at once.
+func TestRealRWHandOver(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, c redis.UniversalClient) {
+		m1 := newManager(t, c, manager.WithOwner("rw-a"))
+		m2 := newManager(t, c, manager.WithOwner("rw-b"))
+		ctx := ctxT(t)
+		res := testenv.Unique("rwhand")
+
+		r, err := m1.AcquireRead(ctx, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wGot := make(chan *manager.Lock, 1)
+		go func() {
+			l, err := m2.AcquireWrite(ctx, res)
+			if err != nil {
+				t.Error(err)
+			}
+			wGot <- l
+		}()
+		key, _ := sharding.LockKey(sharding.DefaultPrefix, res)
+		eventually(t, 5*time.Second, "the writer queues", func() bool { return c.HExists(ctx, key, "wq").Val() })
+		// New readers now wait behind the writer, in both processes.
+		if _, err := m1.TryAcquireRead(ctx, res); !errors.Is(err, manager.ErrNotAcquired) {
+			t.Fatalf("new reader with a writer waiting = %v", err)
+		}
+		var wg sync.WaitGroup
+		readers := make(chan *manager.Lock, 4)
+		for i := range 4 {
+			mm := m1
+			if i%2 == 1 {
+				mm = m2
+			}
+			wg.Go(func() {
+				l, err := mm.AcquireRead(ctx, res)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				readers <- l
+			})
+		}
+		queue := sharding.QueueKey(key)
+		// In Redis's queue: the writer and m1's first reader (the others
+		// queue in their process, behind it and behind m2's writer).
+		eventually(t, 5*time.Second, "the readers queue", func() bool { return c.LLen(ctx, queue).Val() >= 2 })
+		select {
+		case <-readers:
+			t.Fatal("a reader joined while the writer waited")
+		default:
+		}
+		if err := r.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		w := <-wGot
+		if w == nil {
+			t.FailNow()
+		}
+		select {
+		case <-readers:
+			t.Fatal("a reader joined while the writer held the lock")
+		default:
+		}
+		if err := w.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		wg.Wait()
+		close(readers)
+		n := 0
+		for l := range readers {
+			n++
+			if err := l.Release(ctx); err != nil {
+				t.Error(err)
+			}
+		}
+		if n != 4 {
+			t.Fatalf("%d readers got the lock, want 4", n)
+		}
+	})
+}
