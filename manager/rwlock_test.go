@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -242,4 +243,127 @@ func TestRealRWHandOver(t *testing.T) {
 			t.Fatalf("%d readers got the lock, want 4", n)
 		}
 	})
+}
+
+// A reader whose process died frees its share when its TTL runs out, not
+// before, though another reader came and went meanwhile: a waiting writer
+// takes the lock then.
+func TestRealRWCrashedReader(t *testing.T) {
+	forEachCuttable(t, func(t *testing.T, client func(*testenv.Cutter) redis.UniversalClient) {
+		const ttl = 1500 * time.Millisecond
+		ctx := ctxT(t)
+		res := testenv.Unique("deadreader")
+		cut := &testenv.Cutter{}
+		deadM := newManager(t, client(cut), manager.WithOwner("dead"), manager.WithTTL(ttl))
+		liveM := newManager(t, client(nil), manager.WithOwner("live"))
+		writerM := newManager(t, client(nil), manager.WithOwner("writer"))
+		start := time.Now()
+		if _, err := deadM.TryAcquireRead(ctx, res); err != nil {
+			t.Fatal(err)
+		}
+		acquiredAt := time.Now()
+		cut.Cut() // no renewal, no release
+		live, err := liveM.TryAcquireRead(ctx, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan acquired, 1)
+		go func() {
+			l, err := writerM.AcquireWrite(ctx, res)
+			got <- acquired{l: l, err: err, when: time.Now()}
+		}()
+		key, _ := sharding.LockKey(sharding.DefaultPrefix, res)
+		admin := client(nil)
+		eventually(t, 5*time.Second, "the writer queues", func() bool { return admin.HExists(ctx, key, "wq").Val() })
+		if err := live.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		a := <-got
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+		defer a.l.Release(ctx)
+		if early := start.Add(ttl).Sub(a.when); early > 0 {
+			t.Fatalf("the writer took the lock %v before the dead reader's share ran out", early)
+		}
+		late := a.when.Sub(acquiredAt.Add(ttl))
+		t.Logf("the writer took the lock %v after the dead reader's TTL (%v)", late, ttl)
+		if late > ttl/3 {
+			t.Fatalf("the writer took the lock %v after the dead reader's TTL ran out", late)
+		}
+	})
+}
+
+// A constant stream of readers, always one holding the lock, does not
+// starve a writer: once it waits, new readers queue behind it, and it takes
+// the lock when the readers before it are done. Six goroutines read in
+// turn, so at most twelve reads can have begun before the writer queued.
+func TestRealRWWriterNotStarved(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, c redis.UniversalClient) {
+		t.Run("fair", func(t *testing.T) { writerNotStarved(t, c) })
+		t.Run("polling", func(t *testing.T) { writerNotStarved(t, c, manager.WithNotifications(false)) })
+	})
+}
+
+func writerNotStarved(t *testing.T, c redis.UniversalClient, opts ...manager.Option) {
+	ctx := ctxT(t)
+	res := testenv.Unique("starve")
+	readersM := []*manager.Manager{newManager(t, c, append(opts, manager.WithOwner("ra"))...), newManager(t, c, append(opts, manager.WithOwner("rb"))...)}
+	writerM := newManager(t, c, append(opts, manager.WithOwner("writer"))...)
+	stop := make(chan struct{})
+	var (
+		wg    sync.WaitGroup
+		reads atomic.Int64
+	)
+	started := make(chan struct{}, 6)
+	for i := range 6 {
+		m := readersM[i%2]
+		wg.Go(func() {
+			time.Sleep(time.Duration(i) * 5 * time.Millisecond) // staggered: one always holds
+			for first := true; ; first = false {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				l, err := m.AcquireRead(ctx, res, manager.WithWait(10*time.Second))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if first {
+					started <- struct{}{}
+				}
+				reads.Add(1)
+				time.Sleep(30 * time.Millisecond)
+				if err := l.Release(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	for range 6 {
+		<-started
+	}
+	before := reads.Load()
+	t0 := time.Now()
+	w, err := writerM.AcquireWrite(ctx, res, manager.WithWait(5*time.Second))
+	waited := time.Since(t0)
+	during := reads.Load() - before
+	close(stop)
+	if err != nil {
+		wg.Wait()
+		t.Fatalf("the writer starved: %v after %v, %d reads meanwhile", err, waited, during)
+	}
+	t.Logf("the writer waited %v; %d reads began meanwhile", waited, during)
+	// Readers that had begun to acquire as the writer came may still get
+	// in; after the writer queued, none.
+	if during > 12 {
+		t.Errorf("%d reads began while the writer waited (%v): readers barged in ahead of it", during, waited)
+	}
+	if err := w.Release(ctx); err != nil {
+		t.Error(err)
+	}
+	wg.Wait()
 }
