@@ -456,7 +456,15 @@ func (m *Manager) leaveQueued(ctx context.Context, key string, w *fairWaiter, en
 	leave := func(context.Context) error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		n, err := m.client.LRem(ctx, sharding.QueueKey(key), 1, entry).Result()
+		var (
+			n   int64
+			err error
+		)
+		if w.mode == rwNone {
+			n, err = m.client.LRem(ctx, sharding.QueueKey(key), 1, entry).Result()
+		} else {
+			n, err = m.runScript(ctx, m.client, scripts.RWLeave, []string{key}, entry).Int64()
+		}
 		if err == nil && n == 1 {
 			return nil
 		}

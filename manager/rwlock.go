@@ -12,12 +12,11 @@ import (
 // Read-write locks.
 //
 // A read-write lock on a resource is held by any number of readers or by
-// one writer. It lives in one hash at the resource's lock key (its layout
-// is in internal/scripts/rw.lua and docs/design.md), so a slot migration
-// moves it whole; its queue and fence counter are the same helper keys as
-// an exclusive lock's, in the same slot. A resource is locked either with
-// Acquire and its kin or as a read-write lock, not both: each sees the
-// other's key as held by someone else.
+// one writer. It lives in one hash at the resource's lock key, with its
+// queue and last fence (the layout is in internal/scripts/rw.lua and
+// docs/design.md), and no other key, so a slot migration moves it whole.
+// A resource is locked either with Acquire and its kin or as a read-write
+// lock, not both: each sees the other's key as held by someone else.
 //
 // Each reader holds its own share, with its own TTL that the watchdog
 // renews; a reader that dies frees its share when its TTL runs out, whoever

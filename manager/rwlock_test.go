@@ -3,6 +3,7 @@ package manager_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -53,8 +54,8 @@ func TestRealRWBasics(t *testing.T) {
 		if err := r1.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if pttl := c.PTTL(ctx, r1.Key()).Val(); pttl <= 0 || pttl > manager.DefaultTTL {
-			t.Fatalf("key PTTL %v with only the reader of TTL %v left", pttl, manager.DefaultTTL)
+		if d, err := r2.TTL(ctx); err != nil || d <= 0 || d > manager.DefaultTTL {
+			t.Fatalf("the other reader's TTL = %v, %v", d, err)
 		}
 		if _, err := m.TryAcquireWrite(ctx, res); !errors.Is(err, manager.ErrNotAcquired) {
 			t.Fatalf("writer with one reader left = %v", err)
@@ -62,8 +63,8 @@ func TestRealRWBasics(t *testing.T) {
 		if err := r2.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if c.Exists(ctx, r2.Key()).Val() != 0 {
-			t.Fatal("key left after the last reader's release")
+		if c.HExists(ctx, r2.Key(), "r:"+r2.Token()).Val() || c.HGet(ctx, r2.Key(), "n").Val() != "0" {
+			t.Fatal("a reader's share left after its release")
 		}
 
 		w1, err := m.TryAcquireWrite(ctx, res)
@@ -186,6 +187,7 @@ func TestRealRWHandOver(t *testing.T) {
 		}()
 		key, _ := sharding.LockKey(sharding.DefaultPrefix, res)
 		eventually(t, 5*time.Second, "the writer queues", func() bool { return c.HExists(ctx, key, "wq").Val() })
+		queued := func() int { return len(strings.Split(c.HGet(ctx, key, "q").Val(), "\n")) }
 		// New readers now wait behind the writer, in both processes.
 		if _, err := m1.TryAcquireRead(ctx, res); !errors.Is(err, manager.ErrNotAcquired) {
 			t.Fatalf("new reader with a writer waiting = %v", err)
@@ -206,10 +208,9 @@ func TestRealRWHandOver(t *testing.T) {
 				readers <- l
 			})
 		}
-		queue := sharding.QueueKey(key)
 		// In Redis's queue: the writer and m1's first reader (the others
 		// queue in their process, behind it and behind m2's writer).
-		eventually(t, 5*time.Second, "the readers queue", func() bool { return c.LLen(ctx, queue).Val() >= 2 })
+		eventually(t, 5*time.Second, "the readers queue", func() bool { return queued() >= 2 })
 		select {
 		case <-readers:
 			t.Fatal("a reader joined while the writer waited")
@@ -344,7 +345,13 @@ func writerNotStarved(t *testing.T, c redis.UniversalClient, opts ...manager.Opt
 		})
 	}
 	for range 6 {
-		<-started
+		select {
+		case <-started:
+		case <-ctx.Done():
+			close(stop)
+			wg.Wait()
+			t.Fatal("the readers did not start")
+		}
 	}
 	before := reads.Load()
 	t0 := time.Now()

@@ -40,11 +40,14 @@ type section struct {
 	resource   string
 	fence      uint64
 	start, end time.Time
+	read       bool // a read-write lock's reader: may overlap other readers
 }
 
 // workload runs managers x workers goroutines contending for resources
 // with fencing and the watchdog on, until ctx ends, and records every
-// critical section. A resource with commas is a batch lock of its parts.
+// critical section. A resource with commas is a batch lock of its parts;
+// one that starts with "rw:" is a read-write lock on the rest, taken by
+// each goroutine as a reader three times in four and as a writer else.
 // Errors other than the run's own deadline are collected.
 type workload struct {
 	mu       sync.Mutex
@@ -141,13 +144,20 @@ func (w *workload) run(t *testing.T, ctx context.Context, addrs, resources []str
 		}
 		for g := range workers {
 			wg.Go(func() {
-				for ctx.Err() == nil {
+				for i := 0; ctx.Err() == nil; i++ {
 					res := resources[g%len(resources)] // each resource contended by a goroutine of every manager
 					var l *manager.Lock
 					var err error
-					if strings.Contains(res, ",") { // a batch in one slot
+					rw, isRW := strings.CutPrefix(res, "rw:")
+					read := isRW && i%4 != 0
+					switch {
+					case strings.Contains(res, ","): // a batch in one slot
 						l, err = m.AcquireBatch(ctx, strings.Split(res, ","))
-					} else {
+					case read:
+						l, err = m.AcquireRead(ctx, rw)
+					case isRW:
+						l, err = m.AcquireWrite(ctx, rw)
+					default:
 						l, err = m.Acquire(ctx, res)
 					}
 					if err != nil {
@@ -156,7 +166,7 @@ func (w *workload) run(t *testing.T, ctx context.Context, addrs, resources []str
 						}
 						return
 					}
-					s := section{resource: res, fence: l.Fence(), start: time.Now()}
+					s := section{resource: res, fence: l.Fence(), start: time.Now(), read: read}
 					time.Sleep(time.Millisecond)
 					s.end = time.Now()
 					lost := l.Err() != nil
@@ -229,13 +239,25 @@ func (w *workload) check(t *testing.T, policy lossPolicy) {
 	}
 	for r, ss := range per {
 		slices.SortFunc(ss, func(a, b section) int { return a.start.Compare(b.start) })
-		for i := 1; i < len(ss); i++ {
-			if ss[i].start.Before(ss[i-1].end) {
+		var (
+			lastEnd   time.Time // the latest end so far, and whether a reader's
+			lastRead  bool
+			lastFence uint64 // the last writer's
+		)
+		for i, s := range ss {
+			if i > 0 && s.start.Before(lastEnd) && !(s.read && lastRead) {
 				t.Errorf("%s: critical sections overlap", r)
 			}
-			if ss[i].fence <= ss[i-1].fence && policy != writeLoss {
-				t.Errorf("%s: fence %d after %d", r, ss[i].fence, ss[i-1].fence)
+			if s.end.After(lastEnd) {
+				lastEnd, lastRead = s.end, s.read
 			}
+			if s.read {
+				continue
+			}
+			if lastFence > 0 && s.fence <= lastFence && policy != writeLoss {
+				t.Errorf("%s: fence %d after %d", r, s.fence, lastFence)
+			}
+			lastFence = s.fence
 		}
 	}
 	t.Logf("%d critical sections on %d resources, %d locks lost; error replies met and retried: %v; longest times without an acquisition: %v",
@@ -431,7 +453,7 @@ func TestFaults(t *testing.T) {
 	for run := range max(*migrations, 1) {
 		t.Run(fmt.Sprintf("slot migration/%d", run+1), func(t *testing.T) {
 			tag := testenv.Unique("mig")
-			res := []string{"{" + tag + "}:a", "{" + tag + "}:b", "{" + tag + "}:c", "{" + tag + "}:x,{" + tag + "}:y"}
+			res := []string{"{" + tag + "}:a", "{" + tag + "}:b", "{" + tag + "}:c", "{" + tag + "}:x,{" + tag + "}:y", "rw:{" + tag + "}:d"}
 			slot := sharding.Slot(tag)
 			source, _ := masterOf(t, ctx, admin, slot)
 			target := otherMaster(t, ctx, admin, source)
@@ -469,7 +491,14 @@ func TestFaults(t *testing.T) {
 							args = append(args, k)
 						}
 						if err := src.Do(ctx, args...).Err(); err != nil && !strings.Contains(err.Error(), "NOKEY") {
-							return err
+							var busy []string
+							for _, k := range keys {
+								if e := src.Do(ctx, "migrate", host, port, k, 0, 5000).Err(); e != nil && strings.Contains(e.Error(), "BUSYKEY") {
+									typ := src.Type(ctx, k).Val()
+									busy = append(busy, k+"("+typ+")")
+								}
+							}
+							return fmt.Errorf("%w: busy: %q", err, busy)
 						}
 					}
 					for _, a := range addrs {
@@ -480,7 +509,7 @@ func TestFaults(t *testing.T) {
 					return nil
 				}()
 			}()
-			w.run(t, run, addrs, res, 4, 4)
+			w.run(t, run, addrs, res, 4, len(res))
 			if err := <-migrated; err != nil {
 				t.Fatalf("migration: %v", err)
 			}

@@ -1,30 +1,34 @@
 -- The read-write lock's state, shared by the rw_*.lua scripts: scripts.go
 -- puts this file in place of the include line in each of them.
 -- #include prelude.lua
--- #include fence.lua
 --
--- A read-write lock is one hash at the lock key, so that a slot migration
--- moves all of it at once: field "sl" is "rw1" (a hash without it is not
--- shardlock's and is never written), "w" the writer's token while a writer
--- holds it (the key's TTL is then the writer's), "r:<token>" each reader's
--- expiry (server clock, ms; the key lives until the latest one), and "wq"
--- the latest deadline of a writer waiting for it: while that is in the
--- future, new readers queue instead of joining, so a stream of readers
--- cannot starve a writer.
---
--- Waiters queue on "<key>:waiters" as the exclusive lock's do (see
--- handover.lua), a reader's entry with "r" in place of the fencing flag:
--- "<deadline ms>:<ttl ms>:<0|1|r>:<token>". When the lock falls free the
--- first live entry gets it on the claim lease (claim_ms), a reader together
--- with the readers queued right behind it, each announced on
--- "<key>:released" as "<sha1 of the token> <fence>". The queue and the
--- fence counter are helper keys, read through pcall as the exclusive
--- lock's are.
+-- A read-write lock is one hash at the lock key and nothing else, so that
+-- a slot migration moves it whole and a script never writes a key that may
+-- still be on the other node (the target of a migration refuses a key it
+-- already has). Its fields:
+--   sl      "rw1": a hash without it is not shardlock's and is never written
+--   w, we   the writer's token and its expiry, while a writer holds it
+--   r:<tok> each reader's expiry; n counts these fields
+--   q       the waiters' queue: entries "<deadline ms>:<ttl ms>:<kind>:<token>"
+--           one per line, kind "r" for a reader, "1" or "0" for a writer
+--           with or without a fence
+--   wq      the latest deadline of a writer queued, wp how long a writer
+--           that polls asked new readers to wait: while either is in the
+--           future new readers wait too, so readers cannot starve a writer
+--   f       the last fence handed out
+--   o, oe   the last release's outcome "<token>=<answer>" and its expiry
+-- Expiries and deadlines are the server's clock in milliseconds; a share
+-- whose expiry has passed counts as gone. The key lives as long as the
+-- latest of them. When the lock falls free, the first live queued entry
+-- gets it on the claim lease (RW_CLAIM), a reader together with the readers
+-- queued right behind it, each announced on "<key>:released" as "<sha1 of
+-- the token> <fence>".
 
 local RW_MAGIC = 'rw1'
 local RW_CLAIM = 200 -- scripts.ClaimLease, as claim_ms in handover.lua
 local RW_RUN = 256 -- readers handed the lock by one release at most
-local RW_RESERVE = 1000 -- see rw_hand_over
+local RW_QMAX = 4096 -- entries in a queue at most
+local RW_OUTCOME = 5000 -- how long a release's outcome is kept
 
 local rw_now
 -- now is the server's clock in milliseconds, read once per script.
@@ -36,17 +40,35 @@ local function now()
   return rw_now
 end
 
--- rw_kind tells what key k is: 'free' (no key), 'rw' (a read-write lock),
--- or 'foreign' (anything else: another type, a hash that is not ours).
-local function rw_kind(k)
-  local s = redis.pcall('HGET', k, 'sl')
-  if s == RW_MAGIC then return 'rw' end
-  if s == false and redis.call('EXISTS', k) == 0 then return 'free' end
-  return 'foreign'
+-- rw_load reads k: nil when k is not a read-write lock of shardlock's (a
+-- key of another type, another hash), else its state (exists false for no
+-- key). Only the fields every script needs are read.
+local function rw_load(k)
+  local v = redis.pcall('HMGET', k, 'sl', 'w', 'we', 'wq', 'wp', 'n', 'q')
+  if type(v) ~= 'table' or v.err then return nil end
+  if v[1] ~= RW_MAGIC then
+    if redis.call('EXISTS', k) == 1 then return nil end
+    return {exists = false, we = 0, wq = 0, wp = 0, n = 0}
+  end
+  local s = {exists = true, w = v[2], we = tonumber(v[3]) or 0, wq = tonumber(v[4]) or 0,
+    wp = tonumber(v[5]) or 0, n = tonumber(v[6]) or 0, q = v[7]}
+  if s.w and s.we <= now() then s.w = nil end -- the writer's time ran out
+  return s
+end
+
+-- rw_keep makes k live until at least ms (server clock).
+local function rw_keep(k, ms)
+  local left = redis.call('PTTL', k)
+  if left < 0 or now() + left < ms then redis.call('PEXPIREAT', k, ms) end
+end
+
+-- rw_writer_waits reports whether new readers must wait for a writer.
+local function rw_writer_waits(s)
+  return s.wq > now() or s.wp > now()
 end
 
 -- rw_entry parses a queue entry: its deadline, TTL, kind ('r', '0' or
--- '1': a writer with or without a fence) and token; nothing for junk.
+-- '1') and token; nothing for junk.
 local function rw_entry(e)
   local _, _, d, ttl, f, tok = string.find(e, '^(%d+):(%d+):([01r]):(sl1%.%d+%.[%w_-]+%..+)$')
   d, ttl = tonumber(d), tonumber(ttl)
@@ -54,90 +76,98 @@ local function rw_entry(e)
   return d, ttl, f, tok
 end
 
--- rw_readers counts the live readers of k, deletes the fields of readers
--- whose time ran out, and returns the count and the latest expiry.
-local function rw_readers(k)
+-- rw_queue returns the live entries of s's queue, in order.
+local function rw_queue(s)
+  local out = {}
+  if not s.q then return out end
+  for e in string.gmatch(s.q, '[^\n]+') do
+    local d = rw_entry(e)
+    if d and d >= now() then out[#out + 1] = e end
+  end
+  return out
+end
+
+-- rw_store writes queue list qs back to k (and s), with wq and the key's
+-- life to match.
+local function rw_store(k, s, qs)
+  local wq, latest = 0, 0
+  for _, e in ipairs(qs) do
+    local d, _, f = rw_entry(e)
+    if d > latest then latest = d end
+    if f ~= 'r' and d > wq then wq = d end
+  end
+  if #qs == 0 then
+    redis.call('HDEL', k, 'q', 'wq')
+    s.q, s.wq = nil, 0
+    return
+  end
+  s.q, s.wq = table.concat(qs, '\n'), wq
+  redis.call('HSET', k, 'q', s.q)
+  if wq > 0 then redis.call('HSET', k, 'wq', wq) else redis.call('HDEL', k, 'wq') end
+  rw_keep(k, latest)
+end
+
+-- rw_live_readers counts k's readers whose time has not run out, deleting
+-- the others' fields, and returns the count and their latest expiry. It
+-- reads every reader's field only when some may have run out.
+local function rw_live_readers(k, s)
+  if s.n == 0 then return 0, 0 end
   local all = redis.call('HGETALL', k)
-  local n, latest = 0, 0
+  local n, dead, latest = 0, 0, 0
   for i = 1, #all, 2 do
-    local f = all[i]
-    if string.sub(f, 1, 2) == 'r:' then
+    if string.sub(all[i], 1, 2) == 'r:' then
       local exp = tonumber(all[i + 1]) or 0
       if exp > now() then
         n = n + 1
         if exp > latest then latest = exp end
       else
-        redis.call('HDEL', k, f)
+        redis.call('HDEL', k, all[i])
+        dead = dead + 1
       end
     end
+  end
+  if dead > 0 or n ~= s.n then
+    s.n = n
+    redis.call('HSET', k, 'n', n)
   end
   return n, latest
 end
 
--- rw_writer_waiting reports whether a live writer entry is queued for k,
--- and sets "wq" to match (scanning at most the first 1024 entries).
-local function rw_writer_waiting(k)
-  local q = redis.pcall('LRANGE', k .. QUEUE_SUFFIX, 0, 1023)
-  local latest = 0
-  if type(q) == 'table' and not q.err then
-    for _, e in ipairs(q) do
-      local d, _, f = rw_entry(e)
-      if d and f ~= 'r' and d >= now() and d > latest then latest = d end
-    end
-  end
-  if latest > 0 then
-    redis.call('HSET', k, 'wq', latest)
-    return true
-  end
-  redis.call('HDEL', k, 'wq')
-  return false
+-- rw_fence takes k's next fence: the larger of the last one plus one and
+-- the server's clock in microseconds (which keeps fences rising when the
+-- key has gone meanwhile, as fence.lua's do).
+local function rw_fence(k)
+  local last = tonumber(redis.call('HGET', k, 'f')) or 0
+  local t = redis.call('TIME')
+  local f = math.max(last + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+  redis.call('HSET', k, 'f', string.format('%d', f))
+  return f
 end
 
--- rw_enqueue appends entry e to k's queue unless a re-check (recheck)
--- finds it there, keeping the queue until its latest entry's deadline, and
--- for a writer's entry raises "wq" to its deadline. It returns whether the
--- entry is queued.
-local function rw_enqueue(k, e, recheck)
-  local q = k .. QUEUE_SUFFIX
-  if recheck and type(redis.pcall('LPOS', q, e)) == 'number' then return true end
-  local d, _, f = rw_entry(e)
-  if not d then return false end
-  local n = redis.pcall('RPUSH', q, e)
-  if type(n) ~= 'number' then return false end
-  if n == 1 then
-    redis.call('PEXPIREAT', q, d)
-  else
-    redis.call('PEXPIREAT', q, d, 'GT')
-  end
-  if f ~= 'r' and d > (tonumber(redis.call('HGET', k, 'wq')) or 0) then
-    redis.call('HSET', k, 'wq', d)
-  end
-  return true
-end
-
--- rw_set_writer makes token tok k's writer for ttl ms, taking a fence
--- first when fenced: it returns the fence (0 without), or nil and an error
--- reply with nothing written when no fence can be taken.
-local function rw_set_writer(k, tok, ttl, fenced)
+-- rw_set_writer makes tok k's writer for ttl ms, with a fence when fenced
+-- (0 without); a writer that polled no longer holds readers back.
+local function rw_set_writer(k, s, tok, ttl, fenced)
   local fence = 0
-  if fenced then
-    local err
-    fence, err = take_fence(k .. FENCE_SUFFIX)
-    if not fence then return nil, err end
-  end
-  local wq = redis.call('HGET', k, 'wq')
-  redis.call('DEL', k)
-  redis.call('HSET', k, 'sl', RW_MAGIC, 'w', tok)
-  if wq then redis.call('HSET', k, 'wq', wq) end
-  redis.call('PEXPIRE', k, ttl)
+  if fenced then fence = rw_fence(k) end
+  redis.call('HSET', k, 'sl', RW_MAGIC, 'w', tok, 'we', now() + ttl)
+  redis.call('HDEL', k, 'wp')
+  s.w, s.we, s.wp, s.exists = tok, now() + ttl, 0, true
+  rw_keep(k, now() + ttl)
   return fence
 end
 
--- rw_add_reader makes token tok a reader of k for ttl ms and keeps the key
--- until its latest reader's expiry.
-local function rw_add_reader(k, tok, ttl)
-  redis.call('HSET', k, 'sl', RW_MAGIC, 'r:' .. tok, now() + ttl)
-  if redis.call('PTTL', k) < ttl then redis.call('PEXPIRE', k, ttl) end
+-- rw_add_reader makes tok a reader of k for ttl ms (a reader already
+-- there gets the new expiry).
+local function rw_add_reader(k, s, tok, ttl)
+  if not s.exists then
+    redis.call('HSET', k, 'sl', RW_MAGIC)
+    s.exists = true
+  end
+  if redis.call('HSET', k, 'r:' .. tok, now() + ttl) == 1 then
+    s.n = s.n + 1
+    redis.call('HSET', k, 'n', s.n)
+  end
+  rw_keep(k, now() + ttl)
 end
 
 -- rw_announce tells the waiter with token tok that it holds the lock.
@@ -147,55 +177,74 @@ end
 
 -- rw_hand_over gives k, which has no holder now, to the first live entry
 -- of its queue: a writer, or a reader and the readers queued right behind
--- it, each on the claim lease; entries past their deadline and junk are
--- dropped. It returns true when it handed k over; k is deleted otherwise
--- (or kept for a waiting writer: see the end).
-local function rw_hand_over(k)
-  local q = k .. QUEUE_SUFFIX
-  local readers, longest = 0, 0
-  for _ = 1, RW_RUN + 64 do
-    local e = redis.pcall('LINDEX', q, 0)
-    if type(e) ~= 'string' then break end
-    local d, ttl, f, tok = rw_entry(e)
-    if d and d >= now() then
-      if f ~= 'r' then
-        if readers > 0 then break end -- the writer's turn comes after these readers
-        redis.call('LPOP', q)
-        local fence = rw_set_writer(k, tok, math.min(ttl, RW_CLAIM), f == '1')
-        if not fence then
-          redis.call('LPUSH', q, e) -- no fence here now: the writer re-checks
-          break
-        end
-        rw_writer_waiting(k)
+-- it, each on the claim lease; dead entries and junk are dropped. It
+-- returns true when it handed k over.
+local function rw_hand_over(k, s)
+  if not s.q then return false end
+  local qs = rw_queue(s)
+  local i, readers = 1, 0
+  while i <= #qs do
+    local _, ttl, f, tok = rw_entry(qs[i])
+    local lease = math.min(ttl, RW_CLAIM)
+    if f ~= 'r' then
+      if readers == 0 then
+        table.remove(qs, i)
+        local fence = rw_set_writer(k, s, tok, lease, f == '1')
+        rw_store(k, s, qs)
         rw_announce(k, tok, fence)
         return true
       end
-      redis.call('LPOP', q)
-      if readers == 0 then redis.call('HDEL', k, 'w') end
-      local lease = math.min(ttl, RW_CLAIM)
-      if lease > longest then longest = lease end
-      redis.call('HSET', k, 'r:' .. tok, now() + lease)
-      rw_announce(k, tok, 0)
-      readers = readers + 1
-      if readers >= RW_RUN then break end
-    else
-      redis.call('LPOP', q)
+      break -- the writer's turn comes after these readers
     end
+    table.remove(qs, i)
+    rw_add_reader(k, s, tok, lease)
+    rw_announce(k, tok, 0)
+    readers = readers + 1
+    if readers >= RW_RUN then break end
   end
-  if readers > 0 then
-    redis.call('PEXPIRE', k, longest) -- the key lives as long as its readers
-    rw_writer_waiting(k)
-    return true
+  rw_store(k, s, qs)
+  return readers > 0
+end
+
+-- rw_enqueue appends entry e to k's queue unless it is there already
+-- (a re-check). It returns false for junk or a full queue.
+local function rw_enqueue(k, s, e)
+  local d = rw_entry(e)
+  if not d or string.find(e, '\n', 1, true) then return false end
+  local qs = rw_queue(s)
+  for _, x in ipairs(qs) do
+    if x == e then return true end
   end
-  local wq = tonumber(redis.call('HGET', k, 'wq')) or 0
-  if wq > now() then
-    -- A writer waits that this node could not hand the lock to (it polls,
-    -- or its queue is not here while the slot migrates): the key stays,
-    -- held by nobody, so that new readers keep waiting, for RW_RESERVE ms
-    -- at most, while the writer comes to take it.
-    redis.call('PEXPIRE', k, math.min(wq - now(), RW_RESERVE))
-    return false
+  if #qs >= RW_QMAX then return false end
+  qs[#qs + 1] = e
+  rw_store(k, s, qs)
+  return true
+end
+
+-- rw_dequeue takes entry e out of k's queue, and reports whether it was there.
+local function rw_dequeue(k, s, e)
+  if not s.q or not string.find(s.q, e, 1, true) then return false end
+  local qs, found = {}, false
+  for _, x in ipairs(rw_queue(s)) do
+    if x == e and not found then found = true else qs[#qs + 1] = x end
   end
-  redis.call('DEL', k)
-  return false
+  rw_store(k, s, qs)
+  return found
+end
+
+-- rw_record leaves a release's outcome for a re-sent call to find.
+local function rw_record(k, tok, out)
+  redis.call('HSET', k, 'o', tok .. '=' .. out, 'oe', now() + RW_OUTCOME)
+  rw_keep(k, now() + RW_OUTCOME)
+  return out
+end
+
+-- rw_recorded is the outcome a release of tok left on k, or otherwise.
+local function rw_recorded(k, tok, otherwise)
+  local r = redis.pcall('HMGET', k, 'o', 'oe')
+  if type(r) == 'table' and type(r[1]) == 'string' and (tonumber(r[2]) or 0) > now()
+      and string.sub(r[1], 1, #tok + 1) == tok .. '=' then
+    return tonumber(string.sub(r[1], #tok + 2)) or otherwise
+  end
+  return otherwise
 end

@@ -5,80 +5,73 @@
 -- 'w' for a writer, ARGV[4] '1' for a writer to take a fence, ARGV[5] the
 -- waiter's queue entry or '' (not queueing), ARGV[6] '1' when the entry
 -- may be queued already (a re-check), ARGV[7] for a waiting writer that
--- does not queue (it polls), how long (ms) new readers are to wait for it,
+-- polls (does not queue), how long (ms) new readers are to wait for it,
 -- else '0'.
 --
 -- A reader joins when no writer holds the lock and none waits; a writer
--- takes it when nobody holds it (readers whose time ran out do not count).
--- Returns {1, fence} when this call took the lock (a re-check that did also
--- takes its entry out of the queue), {2, fence} when the token holds it
--- already (a re-sent attempt, or a hand-over whose announcement was missed
--- or came late; its time is then set to ARGV[2] from now, which confirms a
--- claim), {0, pttl} when it is held otherwise: the entry is then queued
--- (unless a re-check finds it there), and pttl is the key's remaining TTL
--- on a re-check, else 0. A key that is not a read-write lock of shardlock's
--- is held by someone else and never written. fence is 0 for readers.
+-- takes it when nobody holds it. Returns {1, fence} when this call took the
+-- lock (a re-check that did also takes its entry out of the queue), {2,
+-- fence} when the token holds it already (a re-sent attempt, or a
+-- hand-over whose announcement was missed or came late: its time is then
+-- set to ARGV[2] from now, which confirms a claim), {0, ms} when it is held
+-- otherwise: the entry is then queued (unless it is there already), and ms
+-- is, on a re-check, how long until the holders in the way run out of
+-- time (0: not known), else 0. A key that is not a read-write lock of
+-- shardlock's is held by someone else and never written. fence is 0 for
+-- readers.
 -- #include rw.lua
 local k, tok, ttl = KEYS[1], ARGV[1], tonumber(ARGV[2])
 local reader, fenced = ARGV[3] == 'r', ARGV[4] == '1'
 local entry, recheck = ARGV[5], ARGV[6] == '1'
-local kind = rw_kind(k)
-if kind == 'foreign' then return {0, 0} end
+local s = rw_load(k)
+if not s then return {0, 0} end
 
 local function took(fence)
-  if recheck then redis.pcall('LREM', k .. QUEUE_SUFFIX, 1, entry) end
+  if recheck then rw_dequeue(k, s, entry) end
   return {1, fence}
 end
-local function fence_now()
-  if not fenced then return 0 end
-  local f = tonumber(redis.pcall('GET', k .. FENCE_SUFFIX))
-  if not f then return redis.error_reply('ERR fence counter is not an integer') end
-  return f
+
+if s.w == tok then -- ours already
+  redis.call('HSET', k, 'we', now() + ttl)
+  rw_keep(k, now() + ttl)
+  local f = 0
+  if fenced then f = tonumber(redis.call('HGET', k, 'f')) or 0 end
+  if recheck then rw_dequeue(k, s, entry) end
+  return {2, f}
+end
+if reader and s.n > 0 and redis.call('HEXISTS', k, 'r:' .. tok) == 1 then
+  rw_add_reader(k, s, tok, ttl)
+  if recheck then rw_dequeue(k, s, entry) end
+  return {2, 0}
 end
 
-if kind == 'rw' then
-  local w = redis.call('HGET', k, 'w')
-  if w == tok then
-    redis.call('PEXPIRE', k, ttl)
-    local f = fence_now()
-    if type(f) ~= 'number' then return f end
-    return {2, f}
+local wait_ms = 0 -- until the holders in the way run out of time
+if reader then
+  if not s.w and not rw_writer_waits(s) then
+    rw_add_reader(k, s, tok, ttl)
+    return took(0)
   end
-  if reader and redis.call('HEXISTS', k, 'r:' .. tok) == 1 then
-    rw_add_reader(k, tok, ttl)
-    return {2, 0}
+  if s.w then wait_ms = s.we - now() end
+elseif not s.w then
+  local n, latest = rw_live_readers(k, s)
+  if n == 0 then
+    if recheck then rw_dequeue(k, s, entry) end
+    return {1, rw_set_writer(k, s, tok, ttl, fenced)}
   end
-  if not w then
-    if reader then
-      local wq = tonumber(redis.call('HGET', k, 'wq')) or 0
-      if wq < now() or (recheck and not rw_writer_waiting(k)) then
-        if wq > 0 and wq < now() then redis.call('HDEL', k, 'wq') end
-        rw_add_reader(k, tok, ttl)
-        return took(0)
-      end
-    elseif rw_readers(k) == 0 then
-      local fence, err = rw_set_writer(k, tok, ttl, fenced)
-      if not fence then return err end
-      if recheck then redis.pcall('LREM', k .. QUEUE_SUFFIX, 1, entry) end
-      rw_writer_waiting(k)
-      return {1, fence}
-    end
-  end
-elseif reader then
-  rw_add_reader(k, tok, ttl)
-  return took(0)
+  wait_ms = latest - now()
 else
-  local fence, err = rw_set_writer(k, tok, ttl, fenced)
-  if not fence then return err end
-  return took(fence)
+  wait_ms = s.we - now()
 end
 
--- Held: queue up, or (a polling writer) hold new readers back for a while.
+-- Held: queue up, or (a writer that polls) hold new readers back a while.
 if entry ~= '' then
-  rw_enqueue(k, entry, recheck)
-elseif not reader and tonumber(ARGV[7]) and tonumber(ARGV[7]) > 0 then
-  local until_ms = now() + tonumber(ARGV[7])
-  if until_ms > (tonumber(redis.call('HGET', k, 'wq')) or 0) then redis.call('HSET', k, 'wq', until_ms) end
+  rw_enqueue(k, s, entry)
+elseif not reader and (tonumber(ARGV[7]) or 0) > 0 then
+  local hold = now() + tonumber(ARGV[7])
+  if hold > s.wp then
+    redis.call('HSET', k, 'wp', hold)
+    rw_keep(k, hold)
+  end
 end
-if recheck then return {0, math.max(redis.call('PTTL', k), 0)} end
+if recheck then return {0, math.max(wait_ms, 0)} end
 return {0, 0}

@@ -6,12 +6,10 @@
 -- another writer or a key that is not a read-write lock holds it.
 -- #include rw.lua
 local k, tok = KEYS[1], ARGV[1]
-local kind = rw_kind(k)
-if kind == 'foreign' then return {-1, 0} end
-if kind == 'free' then return {0, 0} end
-local w = redis.call('HGET', k, 'w')
-if w == tok then return {1, math.max(redis.call('PTTL', k), 0)} end
-local exp = tonumber(redis.call('HGET', k, 'r:' .. tok))
+local s = rw_load(k)
+if not s then return {-1, 0} end
+if s.w == tok then return {1, s.we - now()} end
+local exp = s.n > 0 and tonumber(redis.call('HGET', k, 'r:' .. tok))
 if exp and exp > now() then return {1, exp - now()} end
-if w then return {-1, 0} end
+if s.w then return {-1, 0} end
 return {0, 0}

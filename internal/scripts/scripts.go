@@ -51,6 +51,8 @@ var (
 	rwExtendSrc string
 	//go:embed rw_pttl.lua
 	rwPTTLSrc string
+	//go:embed rw_leave.lua
+	rwLeaveSrc string
 )
 
 // The scripts. Their contracts are in the .lua files; the shared pieces
@@ -74,6 +76,7 @@ var (
 	RWRelease = redis.NewScript(include(rwReleaseSrc))
 	RWExtend  = redis.NewScript(include(rwExtendSrc))
 	RWPTTL    = redis.NewScript(include(rwPTTLSrc))
+	RWLeave   = redis.NewScript(include(rwLeaveSrc))
 )
 
 // ClaimLease is how long a key handed to a waiter queued in Redis lives
@@ -84,7 +87,7 @@ const ClaimLease = 200 * time.Millisecond
 // All lists every script, for preloading.
 func All() []*redis.Script {
 	return []*redis.Script{AcquireFenced, Release, AcquireQueue, Extend, PTTL, AcquireBatch, ReleaseBatch, ExtendBatch, PTTLBatch, Resume, ForceRelease,
-		RWAcquire, RWRelease, RWExtend, RWPTTL}
+		RWAcquire, RWRelease, RWExtend, RWPTTL, RWLeave}
 }
 
 // includePrefix starts the line where a script takes a shared piece.

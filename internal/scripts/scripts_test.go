@@ -53,7 +53,7 @@ func TestSuffixesAreShardings(t *testing.T) {
 		}
 		for name, src := range map[string]string{"handover": handoverSrc, "release": releaseSrc, "release_batch": releaseBatchSrc,
 			"acquire_queue": acquireQueueSrc, "acquire_batch": acquireBatchSrc, "acquire_fenced": acquireFencedSrc, "extend": extendSrc,
-			"rw": rwSrc, "rw_acquire": rwAcquireSrc, "rw_release": rwReleaseSrc, "rw_extend": rwExtendSrc, "rw_pttl": rwPTTLSrc} {
+			"rw": rwSrc, "rw_acquire": rwAcquireSrc, "rw_release": rwReleaseSrc, "rw_extend": rwExtendSrc, "rw_pttl": rwPTTLSrc, "rw_leave": rwLeaveSrc} {
 			for line := range strings.Lines(src) {
 				if !strings.HasPrefix(strings.TrimSpace(line), "--") && strings.Contains(line, "'"+suffix+"'") {
 					t.Errorf("%s.lua spells the suffix %q: %s", name, suffix, strings.TrimSpace(line))
@@ -72,7 +72,7 @@ func TestSuffixesAreShardings(t *testing.T) {
 	all := map[string]string{"handover": handoverSrc, "release": releaseSrc, "release_batch": releaseBatchSrc,
 		"acquire_queue": acquireQueueSrc, "acquire_batch": acquireBatchSrc, "acquire_fenced": acquireFencedSrc,
 		"extend": extendSrc, "extend_batch": extendBatchSrc, "pttl": pttlSrc, "pttl_batch": pttlBatchSrc, "resume": resumeSrc, "force_release": forceReleaseSrc,
-		"rw_acquire": rwAcquireSrc, "rw_release": rwReleaseSrc, "rw_extend": rwExtendSrc, "rw_pttl": rwPTTLSrc}
+		"rw_acquire": rwAcquireSrc, "rw_release": rwReleaseSrc, "rw_extend": rwExtendSrc, "rw_pttl": rwPTTLSrc, "rw_leave": rwLeaveSrc}
 	for name, src := range all {
 		for line := range strings.Lines(src) {
 			if !strings.HasPrefix(strings.TrimSpace(line), "--") && strings.Contains(line, `\30`) {
