@@ -317,3 +317,29 @@ func ExampleManager_ForceRelease() {
 	// Output:
 	// true ops-alice stuck since the deploy
 }
+
+// A read-write lock: readers share it, a writer has it alone. A writer that
+// waits makes new readers wait behind it.
+func ExampleManager_AcquireRead() {
+	client, stop := exampleClient()
+	defer stop()
+	ctx := context.Background()
+	m, _ := manager.New(client, manager.WithOwner("catalog-1"), manager.WithFencing(true))
+	defer m.Close(ctx)
+
+	r1, _ := m.AcquireRead(ctx, "catalog")
+	r2, err := m.AcquireRead(ctx, "catalog") // readers share it
+	fmt.Println(err)
+	_, err = m.TryAcquireWrite(ctx, "catalog")
+	fmt.Println(errors.Is(err, manager.ErrNotAcquired))
+
+	_ = r1.Release(ctx)
+	_ = r2.Release(ctx)
+	w, _ := m.AcquireWrite(ctx, "catalog") // alone now, with a fence
+	fmt.Println(w.Fence() > 0)
+	_ = w.Release(ctx)
+	// Output:
+	// <nil>
+	// true
+	// true
+}

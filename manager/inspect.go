@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,6 +34,48 @@ type LockInfo struct {
 	// OldestWait is how long the first queued waiter has waited (0 with
 	// none), by this process's clock against the time in its token.
 	OldestWait time.Duration
+	// ReadWrite: the key is a read-write lock (AcquireRead, AcquireWrite).
+	// Owner and AcquiredAt are then its writer's, if a writer holds it;
+	// Readers counts its readers' shares (a share whose holder died counts
+	// until a writer's attempt or a release finds it ran out); Fence is
+	// its last writer's; TTL is how long the key lives, which may be longer
+	// than any share.
+	ReadWrite bool
+	Readers   int
+}
+
+// rwFields are the fields of a read-write lock's hash that Inspect and
+// List read (see internal/scripts/rw.lua).
+var rwFields = []string{"sl", "w", "we", "n", "f", "q"}
+
+// readRW fills info from a read-write lock's fields (an HMGET of
+// rwFields), and reports whether they are one's.
+func (info *LockInfo) readRW(vals []any, now time.Time) bool {
+	if len(vals) != len(rwFields) || vals[0] != "rw1" {
+		return false
+	}
+	str := func(i int) string { s, _ := vals[i].(string); return s }
+	info.ReadWrite, info.Foreign = true, false
+	info.Owner, info.AcquiredAt = "", time.Time{}
+	if we, err := strconv.ParseInt(str(2), 10, 64); err == nil && we > now.UnixMilli() {
+		if ti, err := ParseToken(str(1)); err == nil {
+			info.Owner, info.AcquiredAt = ti.Owner, ti.AcquiredAt
+		}
+	}
+	info.Readers, _ = strconv.Atoi(str(3))
+	info.Fence, _ = strconv.ParseUint(str(4), 10, 64)
+	info.Waiters, info.OldestWait = 0, 0
+	if q := str(5); q != "" {
+		entries := strings.Split(q, "\n")
+		info.Waiters = len(entries)
+		if _, tok, ok := cutEntry(entries[0]); ok {
+			if ti, err := ParseToken(tok); err == nil {
+				info.OldestWait = max(now.Sub(ti.AcquiredAt), 0)
+			}
+		}
+	}
+	info.Held = info.Owner != "" || info.Readers > 0
+	return true
 }
 
 // Inspect reads what an operator needs to know about resource's lock, in
@@ -63,6 +106,7 @@ func (m *Manager) Inspect(ctx context.Context, resource string) (LockInfo, error
 		fence := pipe.Get(ctx, sharding.FenceKey(key))
 		waiters := pipe.LLen(ctx, queue)
 		first := pipe.LIndex(ctx, queue, 0)
+		rw := pipe.HMGet(ctx, key, rwFields...)
 		_, _ = pipe.Exec(ctx) // each reply is read below; a key of another type answers its own error
 		if err := firstErr(exists, pttl); err != nil {
 			return LockInfo{}, fmt.Errorf("shardlock: inspect %q: %w", resource, err)
@@ -90,6 +134,9 @@ func (m *Manager) Inspect(ctx context.Context, resource string) (LockInfo, error
 					info.OldestWait = max(time.Since(ti.AcquiredAt), 0)
 				}
 			}
+		}
+		if info.Foreign {
+			info.readRW(rw.Val(), time.Now())
 		}
 		return info, nil
 	}, nil)
@@ -186,6 +233,7 @@ func (m *Manager) readLocks(ctx context.Context, node *redis.Client, keys []stri
 		pttl    *redis.DurationCmd
 		fence   *redis.StringCmd
 		waiters *redis.IntCmd
+		rw      *redis.SliceCmd
 	}
 	var reads []read
 	pipe := node.Pipeline()
@@ -198,7 +246,8 @@ func (m *Manager) readLocks(ctx context.Context, node *redis.Client, keys []stri
 			continue
 		}
 		reads = append(reads, read{info: LockInfo{Resource: r, Key: k},
-			val: pipe.Get(ctx, k), pttl: pipe.PTTL(ctx, k), fence: pipe.Get(ctx, sharding.FenceKey(k)), waiters: pipe.LLen(ctx, sharding.QueueKey(k))})
+			val: pipe.Get(ctx, k), pttl: pipe.PTTL(ctx, k), fence: pipe.Get(ctx, sharding.FenceKey(k)), waiters: pipe.LLen(ctx, sharding.QueueKey(k)),
+			rw: pipe.HMGet(ctx, k, rwFields...)})
 	}
 	if len(reads) == 0 {
 		return nil, nil
@@ -227,6 +276,9 @@ func (m *Manager) readLocks(ctx context.Context, node *redis.Client, keys []stri
 		}
 		r.info.Fence, _ = r.fence.Uint64()
 		r.info.Waiters = int(r.waiters.Val())
+		if r.info.Foreign && r.info.readRW(r.rw.Val(), time.Now()) && !r.info.Held {
+			continue // a read-write lock nobody holds
+		}
 		out = append(out, r.info)
 	}
 	return out, nil

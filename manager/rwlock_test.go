@@ -374,3 +374,52 @@ func writerNotStarved(t *testing.T, c redis.UniversalClient, opts ...manager.Opt
 	}
 	wg.Wait()
 }
+
+// Inspect and List see a read-write lock as one: its readers, its writer's
+// owner and fence, its queued waiters; List leaves out one nobody holds.
+func TestRealRWInspect(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, c redis.UniversalClient) {
+		m := newManager(t, c, manager.WithOwner("inspector"), manager.WithFencing(true))
+		ctx := ctxT(t)
+		res := testenv.Unique("rwinspect")
+		r1, _ := m.TryAcquireRead(ctx, res)
+		r2, err := m.TryAcquireRead(ctx, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := m.Inspect(ctx, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !info.Held || info.Foreign || !info.ReadWrite || info.Readers != 2 || info.Owner != "" {
+			t.Fatalf("two readers: %+v", info)
+		}
+		listed := func() []manager.LockInfo {
+			var out []manager.LockInfo
+			for i, err := range m.List(ctx, manager.ListOptions{Prefix: res}) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, i)
+			}
+			return out
+		}
+		if got := listed(); len(got) != 1 || got[0].Readers != 2 || !got[0].ReadWrite {
+			t.Fatalf("List with two readers: %+v", got)
+		}
+		_ = r1.Release(ctx)
+		_ = r2.Release(ctx)
+		if got := listed(); len(got) != 0 {
+			t.Fatalf("List of a read-write lock nobody holds: %+v", got)
+		}
+		w, err := m.TryAcquireWrite(ctx, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, _ = m.Inspect(ctx, res)
+		if !info.Held || info.Owner != "inspector" || info.Readers != 0 || info.Fence != w.Fence() || info.AcquiredAt.IsZero() {
+			t.Fatalf("a writer: %+v (fence %d)", info, w.Fence())
+		}
+		_ = w.Release(ctx)
+	})
+}

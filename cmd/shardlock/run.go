@@ -144,11 +144,14 @@ type lockJSON struct {
 	Fence      uint64    `json:"fence"`
 	Waiters    int       `json:"waiters"`
 	OldestWait float64   `json:"oldest_wait_seconds,omitempty"`
+	ReadWrite  bool      `json:"read_write,omitempty"`
+	Readers    int       `json:"readers,omitempty"`
 }
 
 func toJSON(i manager.LockInfo) lockJSON {
 	return lockJSON{Resource: i.Resource, Key: i.Key, Held: i.Held, Foreign: i.Foreign, Owner: i.Owner, AcquiredAt: i.AcquiredAt,
-		TTLSeconds: i.TTL.Seconds(), Fence: i.Fence, Waiters: i.Waiters, OldestWait: i.OldestWait.Seconds()}
+		TTLSeconds: i.TTL.Seconds(), Fence: i.Fence, Waiters: i.Waiters, OldestWait: i.OldestWait.Seconds(),
+		ReadWrite: i.ReadWrite, Readers: i.Readers}
 }
 
 func table(w io.Writer) *tabwriter.Writer {
@@ -159,8 +162,13 @@ func table(w io.Writer) *tabwriter.Writer {
 
 func row(tw *tabwriter.Writer, i manager.LockInfo) {
 	owner, held := i.Owner, "-"
-	if i.Foreign {
+	switch {
+	case i.Foreign:
 		owner = "(not a shardlock token)"
+	case i.ReadWrite && owner != "":
+		owner += " (writer)"
+	case i.ReadWrite:
+		owner = fmt.Sprintf("(%d readers)", i.Readers)
 	}
 	if !i.AcquiredAt.IsZero() {
 		held = time.Since(i.AcquiredAt).Round(time.Millisecond).String()
