@@ -147,7 +147,8 @@ const forcedRecordTTL = 5 * time.Minute
 //
 // It returns nil when it removed a lock, ErrExpired when none was held,
 // an error matching ErrNotHeld when the key holds a value that is not a
-// shardlock token (it is left alone), and an *InvalidArgumentError for a
+// shardlock token (it is left alone; so is a read-write lock, which
+// ForceRelease does not take apart), and an *InvalidArgumentError for a
 // bad resource or an empty, non-printable or too long reason (at most
 // MaxReasonLen bytes), before any round trip.
 func (m *Manager) ForceRelease(ctx context.Context, resource, reason string) error {

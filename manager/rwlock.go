@@ -29,7 +29,9 @@ import (
 //
 // The Lock returned works as any other: Release, Extend, TTL, Done and
 // Context, the watchdog, Forget. Writers take fences when fencing is on
-// (WithFencing); readers take none and their Fence is 0.
+// (WithFencing); readers take none and their Fence is 0. Inspect and List
+// report a read-write lock's readers and writer; Resume and ForceRelease
+// take exclusive locks only (a read-write lock's key is left alone).
 
 // rwMode says whether an acquire or a lock is a read-write lock's, and
 // which side of it.

@@ -423,3 +423,88 @@ func TestRealRWInspect(t *testing.T) {
 		_ = w.Release(ctx)
 	})
 }
+
+// The watchdog renews each reader's share past its TTL, and a share that
+// is lost (its field gone) is lost on its own: its Done fires, the other
+// reader keeps its share.
+func TestRealRWWatchdog(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, c redis.UniversalClient) {
+		m := newManager(t, c, manager.WithTTL(300*time.Millisecond))
+		ctx := ctxT(t)
+		res := testenv.Unique("rwwd")
+		r1, _ := m.TryAcquireRead(ctx, res)
+		r2, err := m.TryAcquireRead(ctx, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		renewed := func() bool {
+			d1, err1 := r1.TTL(ctx)
+			d2, err2 := r2.TTL(ctx)
+			return err1 == nil && err2 == nil && d1 > 0 && d2 > 0
+		}
+		// Three TTLs later both shares are alive: renewed.
+		deadline := time.Now().Add(900 * time.Millisecond)
+		for time.Now().Before(deadline) {
+			if !renewed() {
+				t.Fatal("a reader's share ran out under the watchdog")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		c.HDel(ctx, r1.Key(), "r:"+r1.Token())
+		waitDone(t, r1, 2*time.Second)
+		if !errors.Is(r1.Err(), manager.ErrLockLost) {
+			t.Fatalf("lost share: Err = %v", r1.Err())
+		}
+		if r2.Err() != nil {
+			t.Fatalf("the other reader lost its share too: %v", r2.Err())
+		}
+		if err := r2.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// Bad input to the read-write calls is refused before any round trip.
+func TestRWBadInput(t *testing.T) {
+	_, c := miniClient(t)
+	m := newManager(t, c)
+	ctx := ctxT(t)
+	for name, call := range map[string]func(context.Context, string, ...manager.AcquireOption) (*manager.Lock, error){
+		"AcquireRead": m.AcquireRead, "TryAcquireRead": m.TryAcquireRead, "AcquireWrite": m.AcquireWrite, "TryAcquireWrite": m.TryAcquireWrite,
+	} {
+		if _, err := call(ctx, ""); !errors.Is(err, manager.ErrInvalidArgument) {
+			t.Errorf("%s(\"\") = %v", name, err)
+		}
+		if _, err := call(ctx, "r", manager.WithTTL(-time.Second)); !errors.Is(err, manager.ErrInvalidArgument) {
+			t.Errorf("%s with a negative TTL = %v", name, err)
+		}
+		//lint:ignore SA1012 a nil context is the bad input under test
+		if _, err := call(nil, "r"); !errors.Is(err, manager.ErrInvalidArgument) {
+			t.Errorf("%s(nil ctx) = %v", name, err)
+		}
+	}
+	_ = m.Close(ctx)
+	if _, err := m.AcquireRead(ctx, "r"); !errors.Is(err, manager.ErrClosed) {
+		t.Errorf("AcquireRead after Close = %v", err)
+	}
+}
+
+// ForceRelease leaves a read-write lock alone, as it does any key that does
+// not hold a token.
+func TestRealRWForceReleaseLeavesIt(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, c redis.UniversalClient) {
+		m := newManager(t, c)
+		ctx := ctxT(t)
+		res := testenv.Unique("rwforce")
+		r, err := m.TryAcquireRead(ctx, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.ForceRelease(ctx, res, "test"); !errors.Is(err, manager.ErrNotHeld) {
+			t.Fatalf("ForceRelease of a read-write lock = %v", err)
+		}
+		if err := r.Release(ctx); err != nil {
+			t.Fatalf("the reader's release after ForceRelease = %v", err)
+		}
+	})
+}
