@@ -224,7 +224,7 @@ func TestCoalescerClosed(t *testing.T) {
 }
 
 // testCoalescer returns a coalescer on c, as New makes it.
-func testCoalescer(c Client) *coalescer {
+func testCoalescer(c redis.UniversalClient) *coalescer {
 	t, err := newTopology(c)
 	if err != nil {
 		panic(err)

@@ -3,7 +3,7 @@
 //
 // A [Manager] hands out [Lock] values:
 //
-//	m, err := manager.New(client)          // *redis.Client or *redis.ClusterClient
+//	m, err := manager.New(ctx, client)          // *redis.Client or *redis.ClusterClient
 //	lock, err := m.Acquire(ctx, "order:123") // waits, with jittered backoff
 //	defer lock.Release(ctx)
 //	doWork(lock.Context())                   // cancelled if the lock is lost

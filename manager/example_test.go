@@ -29,7 +29,7 @@ func Example() {
 	defer stop()
 	ctx := context.Background()
 
-	m, err := manager.New(client, manager.WithOwner("billing-7"))
+	m, err := manager.New(ctx, client, manager.WithOwner("billing-7"))
 	if err != nil {
 		panic(err)
 	}
@@ -54,7 +54,7 @@ func ExampleManager_TryAcquire() {
 	client, stop := exampleClient()
 	defer stop()
 	ctx := context.Background()
-	m, _ := manager.New(client)
+	m, _ := manager.New(ctx, client)
 	defer m.Close(ctx)
 
 	first, _ := m.TryAcquire(ctx, "report:daily")
@@ -68,7 +68,7 @@ func ExampleManager_Acquire_retry() {
 	client, stop := exampleClient()
 	defer stop()
 	ctx := context.Background()
-	m, _ := manager.New(client)
+	m, _ := manager.New(ctx, client)
 	defer m.Close(ctx)
 
 	holder, _ := m.TryAcquire(ctx, "job:import")
@@ -85,7 +85,7 @@ func ExampleManager_Do() {
 	client, stop := exampleClient()
 	defer stop()
 	ctx := context.Background()
-	m, _ := manager.New(client, manager.WithFencing(true))
+	m, _ := manager.New(ctx, client, manager.WithFencing(true))
 	defer m.Close(ctx)
 
 	err := m.Do(ctx, "account:42", func(ctx context.Context) error {
@@ -104,7 +104,7 @@ func ExampleLock_Extend() {
 	client, stop := exampleClient()
 	defer stop()
 	ctx := context.Background()
-	m, _ := manager.New(client, manager.WithWatchdog(false))
+	m, _ := manager.New(ctx, client, manager.WithWatchdog(false))
 	defer m.Close(ctx)
 
 	lock, _ := m.TryAcquire(ctx, "cache:rebuild", manager.WithTTL(time.Second))
@@ -121,7 +121,7 @@ func ExampleLock_Fence() {
 	client, stop := exampleClient()
 	defer stop()
 	ctx := context.Background()
-	m, _ := manager.New(client)
+	m, _ := manager.New(ctx, client)
 	defer m.Close(ctx)
 
 	// Each fence is above every one before it: pass it with every write
@@ -146,7 +146,7 @@ func ExampleManager_AcquireBatch() {
 	client, stop := exampleClient()
 	defer stop()
 	ctx := context.Background()
-	m, _ := manager.New(client)
+	m, _ := manager.New(ctx, client)
 	defer m.Close(ctx)
 
 	var items []string
@@ -171,7 +171,7 @@ func ExampleManager_AcquireMulti() {
 	client, stop := exampleClient()
 	defer stop()
 	ctx := context.Background()
-	m, _ := manager.New(client)
+	m, _ := manager.New(ctx, client)
 	defer m.Close(ctx)
 
 	lock, err := m.AcquireMulti(ctx, []string{"account:alice", "account:bob"})
@@ -191,7 +191,7 @@ func ExampleManager_AcquireStripe() {
 	client, stop := exampleClient()
 	defer stop()
 	ctx := context.Background()
-	m, _ := manager.New(client)
+	m, _ := manager.New(ctx, client)
 	defer m.Close(ctx)
 
 	lock, err := m.AcquireStripe(ctx, "inventory", 8, "sku-4711")
@@ -209,7 +209,7 @@ func ExampleManager_AcquireAny() {
 	client, stop := exampleClient()
 	defer stop()
 	ctx := context.Background()
-	m, _ := manager.New(client)
+	m, _ := manager.New(ctx, client)
 	defer m.Close(ctx)
 
 	var held []*manager.Lock
@@ -236,9 +236,9 @@ func ExampleManager_Resume() {
 	client, stop := exampleClient()
 	defer stop()
 	ctx := context.Background()
-	accepter, _ := manager.New(client, manager.WithOwner("accepter"))
+	accepter, _ := manager.New(ctx, client, manager.WithOwner("accepter"))
 	defer accepter.Close(ctx)
-	finisher, _ := manager.New(client, manager.WithOwner("finisher"))
+	finisher, _ := manager.New(ctx, client, manager.WithOwner("finisher"))
 	defer finisher.Close(ctx)
 
 	lock, _ := accepter.Acquire(ctx, "job:42")
@@ -262,7 +262,7 @@ func ExampleManager_Campaign() {
 	client, stop := exampleClient()
 	defer stop()
 	ctx := context.Background()
-	m, _ := manager.New(client, manager.WithOwner("scheduler-1"))
+	m, _ := manager.New(ctx, client, manager.WithOwner("scheduler-1"))
 	defer m.Close(ctx)
 
 	lead, err := m.Campaign(ctx, "nightly-report")
@@ -286,7 +286,7 @@ func ExampleManager_Inspect() {
 	client, stop := exampleClient()
 	defer stop()
 	ctx := context.Background()
-	m, _ := manager.New(client, manager.WithOwner("billing-7"))
+	m, _ := manager.New(ctx, client, manager.WithOwner("billing-7"))
 	defer m.Close(ctx)
 
 	lock, _ := m.TryAcquire(ctx, "order:123")
@@ -302,9 +302,9 @@ func ExampleManager_ForceRelease() {
 	client, stop := exampleClient()
 	defer stop()
 	ctx := context.Background()
-	worker, _ := manager.New(client, manager.WithOwner("worker-1"))
+	worker, _ := manager.New(ctx, client, manager.WithOwner("worker-1"))
 	defer worker.Close(ctx)
-	ops, _ := manager.New(client, manager.WithOwner("ops-alice"))
+	ops, _ := manager.New(ctx, client, manager.WithOwner("ops-alice"))
 	defer ops.Close(ctx)
 
 	lock, _ := worker.Acquire(ctx, "report:daily")
@@ -324,7 +324,7 @@ func ExampleManager_AcquireRead() {
 	client, stop := exampleClient()
 	defer stop()
 	ctx := context.Background()
-	m, _ := manager.New(client, manager.WithOwner("catalog-1"), manager.WithFencing(true))
+	m, _ := manager.New(ctx, client, manager.WithOwner("catalog-1"), manager.WithFencing(true))
 	defer m.Close(ctx)
 
 	r1, _ := m.AcquireRead(ctx, "catalog")

@@ -120,7 +120,7 @@ func localWaiter(t *testing.T) (*miniredis.Miniredis, *Manager, *Lock, *localQue
 	mr := miniredis.RunT(t)
 	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	t.Cleanup(func() { _ = c.Close() })
-	m, err := New(c, WithStartupCheck(0), WithCoalescing(false))
+	m, err := New(context.Background(), c, WithStartupCheck(false), WithCoalescing(false))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -285,7 +285,7 @@ func TestRealFairQueueHandoverAfterClose(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w, err := manager.New(c, manager.WithRetry(manager.LinearBackoff(200*time.Millisecond)), manager.WithTTL(30*time.Second))
+		w, err := manager.New(ctx, c, manager.WithRetry(manager.LinearBackoff(200*time.Millisecond)), manager.WithTTL(30*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -109,7 +109,7 @@ func FuzzPublicAPI(f *testing.F) {
 		c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 		defer c.Close()
 		in := &fuzzInput{b: data}
-		opts := []manager.Option{manager.WithStartupCheck(0)}
+		opts := []manager.Option{manager.WithStartupCheck(false)}
 		for range in.pick(3) {
 			switch in.pick(6) {
 			case 0:
@@ -126,7 +126,7 @@ func FuzzPublicAPI(f *testing.F) {
 				opts = append(opts, manager.WithRenewInterval(in.duration()))
 			}
 		}
-		m, err := manager.New(c, opts...)
+		m, err := manager.New(context.Background(), c, opts...)
 		if err != nil {
 			if !errors.Is(err, manager.ErrInvalidArgument) {
 				t.Fatalf("New = %v", err)

@@ -29,7 +29,7 @@ func miniClient(t testing.TB) (*miniredis.Miniredis, *redis.Client) {
 // newManager returns a Manager closed at cleanup (before the client: cleanups run last-in first-out).
 func newManager(t testing.TB, c redis.UniversalClient, opts ...manager.Option) *manager.Manager {
 	t.Helper()
-	m, err := manager.New(c, opts...)
+	m, err := manager.New(context.Background(), c, opts...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

@@ -14,24 +14,14 @@ import (
 	"github.com/shardlock/shardlock/metrics"
 )
 
-// Client is the go-redis client a Manager runs on: a *redis.Client
-// (standalone, or Sentinel failover with redis.NewFailoverClient) or a
-// *redis.ClusterClient. New rejects any other kind.
-type Client = redis.UniversalClient
-
-var (
-	_ Client = (*redis.Client)(nil)
-	_ Client = (*redis.ClusterClient)(nil)
-)
-
 // Manager takes and keeps distributed locks on one Redis deployment. It is
 // safe for concurrent use. It owns one background goroutine, the watchdog
 // scheduler, which Close stops.
 type Manager struct {
-	client Client
+	client redis.UniversalClient
 	cmd    commander  // the coalescer in front of client, or client behind once
 	co     *coalescer // nil when coalescing is off
-	renew  Client
+	renew  redis.UniversalClient
 	cfg    config
 	log    *zap.Logger
 	sched  *scheduler
@@ -52,14 +42,20 @@ type Manager struct {
 	unregister              func() // removes this manager's held locks from mx
 }
 
-// New returns a Manager on client. Unless WithStartupCheck(0) is given it
-// checks, within 5 s, that every master runs Redis 7.0 or later and loads
-// the Lua scripts on each.
+// New returns a Manager on client: a *redis.Client (standalone, or
+// Sentinel failover with redis.NewFailoverClient) or a *redis.ClusterClient;
+// it rejects any other kind. Unless WithStartupCheck(false) is given it
+// checks that every master runs Redis 7.0 or later and loads the Lua
+// scripts on each, by ctx's deadline (DefaultStartup when ctx has none).
 //
-// It returns an *InvalidArgumentError for a nil client or contradicting
-// options, a *ServerVersionError for a server that is too old, and the
-// Redis error when the servers cannot be reached.
-func New(client Client, opts ...Option) (*Manager, error) {
+// It returns an *InvalidArgumentError for a nil client or context, another
+// kind of client or contradicting options, a *ServerVersionError for a
+// server that is too old, and the Redis error (or ctx's) when the servers
+// cannot be reached in time.
+func New(ctx context.Context, client redis.UniversalClient, opts ...Option) (*Manager, error) {
+	if ctx == nil {
+		return nil, invalid("context", "nil")
+	}
 	if isNil(client) { // nil, or a nil pointer of any client type
 		return nil, invalid("client", "nil")
 	}
@@ -82,9 +78,12 @@ func New(client Client, opts ...Option) (*Manager, error) {
 	if cfg.renewClient != nil {
 		m.renew = cfg.renewClient
 	}
-	if cfg.startupCheck > 0 {
-		ctx, cancel := context.WithTimeout(context.Background(), cfg.startupCheck)
-		err := m.startupCheck(ctx)
+	if cfg.startupCheck {
+		cctx, cancel := ctx, context.CancelFunc(func() {})
+		if _, ok := ctx.Deadline(); !ok {
+			cctx, cancel = context.WithTimeout(ctx, DefaultStartup)
+		}
+		err := m.startupCheck(cctx)
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("shardlock: startup check: %w", err)

@@ -187,7 +187,7 @@ func TestMetricsCardinalityWith100kResources(t *testing.T) {
 	c.AddHook(answerHook{})
 	reg := prometheus.NewRegistry()
 	mx, _ := metrics.New(reg, metrics.Options{MaxClasses: 8})
-	m := newManager(t, c, manager.WithMetrics(mx), manager.WithWatchdog(false), manager.WithStartupCheck(0),
+	m := newManager(t, c, manager.WithMetrics(mx), manager.WithWatchdog(false), manager.WithStartupCheck(false),
 		manager.WithCoalescing(false),
 		manager.WithClassFunc(func(r string) string { return r })) // the worst class function
 	ctx := ctxT(t)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,10 +16,10 @@ import (
 func TestNewRejectsBadOptions(t *testing.T) {
 	_, c := miniClient(t)
 	var nilClient *redis.Client
-	if _, err := manager.New(nil); !errors.Is(err, manager.ErrInvalidArgument) {
+	if _, err := manager.New(context.Background(), nil); !errors.Is(err, manager.ErrInvalidArgument) {
 		t.Fatalf("New(nil) = %v", err)
 	}
-	if _, err := manager.New(nilClient); !errors.Is(err, manager.ErrInvalidArgument) {
+	if _, err := manager.New(context.Background(), nilClient); !errors.Is(err, manager.ErrInvalidArgument) {
 		t.Fatalf("New(nil *redis.Client) = %v", err)
 	}
 	tests := []struct {
@@ -42,11 +43,10 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		{"replica timeout not below ttl", []manager.Option{manager.WithTTL(time.Second), manager.WithReplicaAck(1, time.Second, manager.ReplicaFail)}},
 		{"negative replicas", []manager.Option{manager.WithReplicaAck(-1, time.Millisecond, manager.ReplicaFail)}},
 		{"unknown replica policy", []manager.Option{manager.WithReplicaAck(1, time.Millisecond, manager.ReplicaPolicy(9))}},
-		{"negative startup check", []manager.Option{manager.WithStartupCheck(-1)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m, err := manager.New(c, tt.give...)
+			m, err := manager.New(context.Background(), c, tt.give...)
 			var iae *manager.InvalidArgumentError
 			if !errors.As(err, &iae) || !errors.Is(err, manager.ErrInvalidArgument) || m != nil {
 				t.Fatalf("New = %v, %v; want *InvalidArgumentError", m, err)
@@ -87,7 +87,7 @@ func TestTraceIDAndFieldsInLogs(t *testing.T) {
 func TestStartupCheckSkipsEmulatorVersion(t *testing.T) {
 	_, c := miniClient(t)
 	// miniredis does not report a server version; New must still work.
-	m, err := manager.New(c)
+	m, err := manager.New(context.Background(), c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,14 +100,14 @@ func TestStartupCheckSkipsEmulatorVersion(t *testing.T) {
 func TestNewRejectsOldServer(t *testing.T) {
 	_, c := miniClient(t)
 	c.AddHook(infoHook{version: "6.2.14"})
-	_, err := manager.New(c)
+	_, err := manager.New(context.Background(), c)
 	var sve *manager.ServerVersionError
 	if !errors.As(err, &sve) || !errors.Is(err, manager.ErrUnsupportedServer) || sve.Version != "6.2.14" {
 		t.Fatalf("New on Redis 6.2 = %v", err)
 	}
 	_, c2 := miniClient(t)
 	c2.AddHook(infoHook{version: "7.0.15"})
-	m, err := manager.New(c2)
+	m, err := manager.New(context.Background(), c2)
 	if err != nil {
 		t.Fatalf("New on Redis 7.0.15 = %v", err)
 	}
@@ -155,5 +155,48 @@ func TestSettingPerCall(t *testing.T) {
 	}
 	if ttl, _ := fenced.TTL(ctx); ttl <= 2*time.Second {
 		t.Fatalf("the manager's TTL not applied: %v", ttl)
+	}
+}
+
+// New's startup check runs by its context: an ended context fails it with
+// the context's error and sends nothing; WithStartupCheck(false) skips it;
+// a nil context is refused.
+func TestNewStartupCheckUsesContext(t *testing.T) {
+	_, c := miniClient(t)
+	var sent atomic.Int64
+	c.AddHook(countAllHook{&sent})
+	//lint:ignore SA1012 a nil context is the bad input under test
+	if _, err := manager.New(nil, c); !errors.Is(err, manager.ErrInvalidArgument) {
+		t.Fatalf("New(nil ctx) = %v", err)
+	}
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := manager.New(ended, c); !errors.Is(err, context.Canceled) {
+		t.Fatalf("New with an ended context = %v", err)
+	}
+	if n := sent.Load(); n != 0 {
+		t.Fatalf("New sent %d commands with its context ended", n)
+	}
+	m, err := manager.New(ended, c, manager.WithStartupCheck(false))
+	if err != nil {
+		t.Fatalf("New with the check off = %v", err)
+	}
+	_ = m.Close(ctxT(t))
+}
+
+// countAllHook counts the commands a client sends.
+type countAllHook struct{ n *atomic.Int64 }
+
+func (h countAllHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h countAllHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.n.Add(1)
+		return next(ctx, cmd)
+	}
+}
+func (h countAllHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.n.Add(int64(len(cmds)))
+		return next(ctx, cmds)
 	}
 }

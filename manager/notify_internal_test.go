@@ -13,7 +13,7 @@ import (
 // Waiters on many resources share one subscription connection per node.
 func TestOneSubscriptionPerNode(t *testing.T) {
 	c := testenv.Cluster(t)
-	m, err := New(c, WithRetry(LinearBackoff(5*time.Second)))
+	m, err := New(context.Background(), c, WithRetry(LinearBackoff(5*time.Second)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,12 +66,12 @@ func TestSubscriptionLingers(t *testing.T) {
 		}
 		t.Run(target.Name, func(t *testing.T) {
 			c := target.Client(t)
-			m, err := New(c)
+			m, err := New(context.Background(), c)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer m.Close(context.Background())
-			other, err := New(c)
+			other, err := New(context.Background(), c)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -63,7 +63,7 @@ type config struct {
 	replicaTimeout time.Duration
 	replicaPolicy  ReplicaPolicy
 	autoPipeline   *bool // coalescing; nil: on
-	startupCheck   time.Duration
+	startupCheck   bool
 	traceID        func(context.Context) string
 	metrics        *metrics.Metrics
 	classFunc      func(resource string) string
@@ -84,7 +84,7 @@ func defaultConfig() config {
 		retry:         DefaultRetry(),
 		wait:          DefaultWait,
 		watchdog:      true,
-		startupCheck:  DefaultStartup,
+		startupCheck:  true,
 		notifications: true,
 	}
 }
@@ -207,10 +207,10 @@ func WithCoalescing(on bool) Option { return optionFunc(func(c *config) { c.auto
 // Deprecated: use WithCoalescing.
 func WithAutoPipeline(on bool) Option { return WithCoalescing(on) }
 
-// WithStartupCheck bounds the checks New makes (server versions, script
-// preload). 0 skips them. The default is 5 s.
-func WithStartupCheck(timeout time.Duration) Option {
-	return optionFunc(func(c *config) { c.startupCheck = timeout })
+// WithStartupCheck turns the checks New makes (server versions, script
+// preload) on or off. They are on by default.
+func WithStartupCheck(on bool) Option {
+	return optionFunc(func(c *config) { c.startupCheck = on })
 }
 
 // WithTraceID sets a function that reads a trace id from a call's context;
@@ -288,9 +288,6 @@ func (c *config) validate() error {
 	}
 	if c.maxWaiters < 0 {
 		return invalid("max local waiters", "%d is negative", c.maxWaiters)
-	}
-	if c.startupCheck < 0 {
-		return invalid("startup check", "%v is negative", c.startupCheck)
 	}
 	return nil
 }

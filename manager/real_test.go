@@ -203,7 +203,7 @@ func TestRealFencing(t *testing.T) {
 
 func TestRealCloseReleases(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, c redis.UniversalClient) {
-		m, err := manager.New(c)
+		m, err := manager.New(context.Background(), c)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -184,6 +184,9 @@ func runBatch(ctx context.Context, c redis.UniversalClient, calls []scriptCall) 
 // startupCheck checks that every master is new enough and preloads the
 // scripts on every master.
 func (m *Manager) startupCheck(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err // nothing sent
+	}
 	check := func(ctx context.Context, c *redis.Client) error {
 		info, err := c.Info(ctx, "server").Result()
 		if isReply(err) {

@@ -1,6 +1,7 @@
 package manager_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -40,7 +41,7 @@ func TestSecondReleaseMakesNoRoundTrip(t *testing.T) {
 
 func TestCloseReleasesHeldLocks(t *testing.T) {
 	mr, c := miniClient(t)
-	m, err := manager.New(c)
+	m, err := manager.New(context.Background(), c)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -122,7 +122,7 @@ func TestRealEndedContextSendsNothing(t *testing.T) {
 // holds (one bounded try) instead of leaving the keys for their TTL.
 func TestRealCloseWithEndedContextReleases(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, c redis.UniversalClient) {
-		m, err := manager.New(c)
+		m, err := manager.New(context.Background(), c)
 		if err != nil {
 			t.Fatal(err)
 		}

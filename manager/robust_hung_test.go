@@ -220,7 +220,7 @@ func TestDeadAddressHonoursTheWait(t *testing.T) {
 	srv.Kill() // the port is free now: nothing listens
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	t.Cleanup(func() { _ = c.Close() })
-	m := newManager(t, c, manager.WithStartupCheck(0))
+	m := newManager(t, c, manager.WithStartupCheck(false))
 	start := time.Now()
 	_, err := m.Acquire(context.Background(), "r", manager.WithWait(500*time.Millisecond))
 	d := time.Since(start)

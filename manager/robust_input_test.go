@@ -37,7 +37,7 @@ func TestRetryStrategiesThatWouldPanicAreRefused(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := manager.New(c, manager.WithRetry(tt.give)); !errors.Is(err, manager.ErrInvalidArgument) {
+			if _, err := manager.New(ctx, c, manager.WithRetry(tt.give)); !errors.Is(err, manager.ErrInvalidArgument) {
 				t.Fatalf("New = %v, want ErrInvalidArgument", err)
 			}
 			before := hook.seen.Load()
@@ -95,7 +95,7 @@ func TestBackoffsWithExtremeArguments(t *testing.T) {
 func TestNewRefusesTypedNilClients(t *testing.T) {
 	tests := []struct {
 		name string
-		give manager.Client
+		give redis.UniversalClient
 	}{
 		{"client", (*redis.Client)(nil)},
 		{"cluster", (*redis.ClusterClient)(nil)},
@@ -104,7 +104,7 @@ func TestNewRefusesTypedNilClients(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := manager.New(tt.give); !errors.Is(err, manager.ErrInvalidArgument) {
+			if _, err := manager.New(context.Background(), tt.give); !errors.Is(err, manager.ErrInvalidArgument) {
 				t.Fatalf("New = %v, want ErrInvalidArgument", err)
 			}
 		})
@@ -115,7 +115,7 @@ func TestNewRefusesTypedNilClients(t *testing.T) {
 // a later Close releases it.
 func TestCloseNilContext(t *testing.T) {
 	mr, c := miniClient(t)
-	m, err := manager.New(c)
+	m, err := manager.New(context.Background(), c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,11 +185,11 @@ func TestMoreBadInputMakesNoRoundTrip(t *testing.T) {
 		want string // in the message
 	}{
 		{"renew interval 1ns", func() error {
-			_, err := manager.New(c, manager.WithRenewInterval(1))
+			_, err := manager.New(ctx, c, manager.WithRenewInterval(1))
 			return err
 		}, "renew interval"},
 		{"renew interval below the floor", func() error {
-			_, err := manager.New(c, manager.WithRenewInterval(manager.MinRenewInterval-1))
+			_, err := manager.New(ctx, c, manager.WithRenewInterval(manager.MinRenewInterval-1))
 			return err
 		}, "renew interval"},
 		{"batch of one key twice", func() error {
@@ -234,7 +234,7 @@ func TestMoreBadInputMakesNoRoundTrip(t *testing.T) {
 			}
 		})
 	}
-	if m, err := manager.New(c, manager.WithRenewInterval(manager.MinRenewInterval)); err != nil {
+	if m, err := manager.New(ctx, c, manager.WithRenewInterval(manager.MinRenewInterval)); err != nil {
 		t.Fatalf("the floor itself is refused: %v", err)
 	} else {
 		_ = m.Close(ctx)
@@ -316,7 +316,7 @@ func TestZeroValuesAreSafe(t *testing.T) {
 func TestNewRefusesUnsupportedClient(t *testing.T) {
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
 	defer ring.Close()
-	m, err := manager.New(ring)
+	m, err := manager.New(context.Background(), ring)
 	var ia *manager.InvalidArgumentError
 	if m != nil || !errors.As(err, &ia) || ia.Arg != "client" {
 		t.Fatalf("New(ring) = %v, %v", m, err)

@@ -22,7 +22,7 @@ type topology struct {
 	lastReload atomic.Int64 // unix ns of the last slot map reload
 }
 
-func newTopology(c Client) (*topology, error) {
+func newTopology(c redis.UniversalClient) (*topology, error) {
 	switch c := c.(type) {
 	case *redis.ClusterClient:
 		return &topology{cc: c}, nil

@@ -134,7 +134,7 @@ func TestCloseWakesWaiters(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer holder.Release(ctx)
-	m, err := manager.New(c, manager.WithRetry(manager.LinearBackoff(time.Minute)), manager.WithStartupCheck(0))
+	m, err := manager.New(ctx, c, manager.WithRetry(manager.LinearBackoff(time.Minute)), manager.WithStartupCheck(false))
 	if err != nil {
 		t.Fatal(err)
 	}

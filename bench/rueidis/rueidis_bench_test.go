@@ -51,7 +51,7 @@ func BenchmarkRueidisFloor(b *testing.B) {
 			b.Cleanup(rc.Close)
 			gc := target.gored()
 			b.Cleanup(func() { _ = gc.Close() })
-			m, err := manager.New(gc)
+			m, err := manager.New(context.Background(), gc)
 			if err != nil {
 				b.Fatal(err)
 			}

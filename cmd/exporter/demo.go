@@ -29,7 +29,7 @@ func startDemo(ctx context.Context, client redis.UniversalClient, reg prometheus
 	if err != nil {
 		return nil, err
 	}
-	m, err := manager.New(client, manager.WithMetrics(mx), manager.WithOwner("demo"),
+	m, err := manager.New(ctx, client, manager.WithMetrics(mx), manager.WithOwner("demo"),
 		manager.WithTTL(3*time.Second),
 		manager.WithClassFunc(exporter.DefaultClassOf),
 		manager.WithRetry(manager.ExponentialBackoff(5*time.Millisecond, 100*time.Millisecond)))

@@ -38,7 +38,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	defer closeAll()
 	fmt.Fprintf(out, "shardlock quickstart on %s\n", where)
 
-	m, err := manager.New(client, manager.WithOwner("quickstart"), manager.WithTTL(2*time.Second),
+	m, err := manager.New(ctx, client, manager.WithOwner("quickstart"), manager.WithTTL(2*time.Second),
 		manager.WithRetry(manager.ExponentialBackoff(5*time.Millisecond, 50*time.Millisecond)))
 	if err != nil {
 		return err

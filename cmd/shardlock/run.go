@@ -117,7 +117,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer client.Close()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	m, err := manager.New(client, manager.WithKeyPrefix(rf.Prefix), manager.WithOwner(*owner), manager.WithWatchdog(false))
+	m, err := manager.New(ctx, client, manager.WithKeyPrefix(rf.Prefix), manager.WithOwner(*owner), manager.WithWatchdog(false))
 	if err != nil {
 		fmt.Fprintln(stderr, "shardlock:", err)
 		return exitFailed

@@ -32,7 +32,7 @@ func cli(t *testing.T, args ...string) (int, string, string) {
 func TestCLI(t *testing.T) {
 	addr := testenv.StandaloneAddr(t)
 	c := testenv.Standalone(t)
-	m, err := manager.New(c, manager.WithOwner("cli-test"))
+	m, err := manager.New(context.Background(), c, manager.WithOwner("cli-test"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func TestCLIOnEmbeddedRedis(t *testing.T) {
 	mr := miniredis.RunT(t)
 	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer c.Close()
-	m, err := manager.New(c, manager.WithOwner("demo-worker"))
+	m, err := manager.New(context.Background(), c, manager.WithOwner("demo-worker"))
 	if err != nil {
 		t.Fatal(err)
 	}

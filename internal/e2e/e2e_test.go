@@ -151,7 +151,7 @@ func TestAlertsReachWebhookAndDashboardsHaveData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := manager.New(c, manager.WithMetrics(mx), manager.WithKeyPrefix(prefix),
+	m, err := manager.New(ctx, c, manager.WithMetrics(mx), manager.WithKeyPrefix(prefix),
 		manager.WithTTL(2*time.Second), manager.WithClassFunc(exporter.DefaultClassOf))
 	if err != nil {
 		t.Fatal(err)

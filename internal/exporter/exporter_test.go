@@ -44,7 +44,7 @@ func forEachScanTarget(t *testing.T, f func(t *testing.T, ctx context.Context, c
 func TestScanAndProbeCluster(t *testing.T) {
 	forEachScanTarget(t, func(t *testing.T, ctx context.Context, c redis.UniversalClient) {
 		prefix := testenv.Unique("exp") + ":"
-		m, err := manager.New(c, manager.WithKeyPrefix(prefix))
+		m, err := manager.New(ctx, c, manager.WithKeyPrefix(prefix))
 		if err != nil {
 			t.Fatal(err)
 		}

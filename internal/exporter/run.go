@@ -19,9 +19,9 @@ import (
 // Run scans and probes on their intervals until ctx ends, then stops its
 // goroutines and waits for them. The first scan and probe run at once.
 func (e *Exporter) Run(ctx context.Context) error {
-	m, err := manager.New(e.client, manager.WithKeyPrefix(e.cfg.ProbePrefix), manager.WithWatchdog(false),
+	m, err := manager.New(ctx, e.client, manager.WithKeyPrefix(e.cfg.ProbePrefix), manager.WithWatchdog(false),
 		manager.WithTTL(max(e.cfg.ProbeTimeout*2, time.Second)), manager.WithOwner("shardlock-exporter-probe"),
-		manager.WithStartupCheck(0))
+		manager.WithStartupCheck(false))
 	if err != nil {
 		return err
 	}

@@ -59,7 +59,7 @@ func TestCrashedClient(t *testing.T) {
 	for ci := range clients {
 		cuts[ci] = &testenv.Cutter{}
 		c := testenv.ClusterVia(t, addrs, cuts[ci])
-		m, err := manager.New(c, manager.WithTTL(ttl), manager.WithOwner(fmt.Sprintf("crash-%d", ci)))
+		m, err := manager.New(ctx, c, manager.WithTTL(ttl), manager.WithOwner(fmt.Sprintf("crash-%d", ci)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -122,7 +122,7 @@ func (w *workload) run(t *testing.T, ctx context.Context, addrs, resources []str
 	for i := range managers {
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 		c.OnNewNode(func(n *redis.Client) { n.AddHook(replyHook{w}) })
-		m, err := manager.New(c, manager.WithTTL(3*time.Second), manager.WithFencing(true),
+		m, err := manager.New(ctx, c, manager.WithTTL(3*time.Second), manager.WithFencing(true),
 			manager.WithOwner(fmt.Sprintf("fault-%d", i)), manager.WithWait(30*time.Second),
 			manager.WithRetry(manager.ExponentialBackoff(time.Millisecond, 50*time.Millisecond)))
 		if err != nil {
@@ -646,7 +646,7 @@ func TestFaults(t *testing.T) {
 
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 		defer c.Close()
-		m, err := manager.New(c, manager.WithTTL(2*time.Second))
+		m, err := manager.New(ctx, c, manager.WithTTL(2*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -743,7 +743,7 @@ func TestFaults(t *testing.T) {
 
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
 		defer c.Close()
-		m, err := manager.New(c, manager.WithFencing(true), manager.WithTTL(2*time.Second))
+		m, err := manager.New(ctx, c, manager.WithFencing(true), manager.WithTTL(2*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
