@@ -478,7 +478,6 @@ func TestRWBadInput(t *testing.T) {
 		if _, err := call(ctx, "r", manager.WithTTL(-time.Second)); !errors.Is(err, manager.ErrInvalidArgument) {
 			t.Errorf("%s with a negative TTL = %v", name, err)
 		}
-		//lint:ignore SA1012 a nil context is the bad input under test
 		if _, err := call(nil, "r"); !errors.Is(err, manager.ErrInvalidArgument) {
 			t.Errorf("%s(nil ctx) = %v", name, err)
 		}
