@@ -140,8 +140,9 @@ func WithRetry(s RetryStrategy) Setting {
 	return Setting{func(c *config) { c.retry, c.retrySet = s, true }, func(c *acquireConfig) { c.retry, c.retrySet = s, true }}
 }
 
-// WithWait sets Acquire's wait limit, in [0, MaxWait]. The default is 30 s.
-// The caller's context can end the wait sooner.
+// WithWait sets Acquire's wait limit, in (0, MaxWait]. The default is 30 s.
+// The caller's context can end the wait sooner. One attempt without a wait
+// is what the Try forms make (TryAcquire, TryAcquireBatch, ...).
 func WithWait(d time.Duration) Setting {
 	return Setting{func(c *config) { c.wait = d }, func(c *acquireConfig) { c.wait = d }}
 }
@@ -300,8 +301,8 @@ func checkTTL(d time.Duration) error {
 }
 
 func checkWait(d time.Duration) error {
-	if d < 0 || d > MaxWait {
-		return invalid("wait", "%v is outside [0, %v]", d, MaxWait)
+	if d <= 0 || d > MaxWait {
+		return invalid("wait", "%v is outside (0, %v]; for one attempt, call a Try form (TryAcquire, ...)", d, MaxWait)
 	}
 	return nil
 }

@@ -241,33 +241,23 @@ func TestMoreBadInputMakesNoRoundTrip(t *testing.T) {
 	}
 }
 
-// A wait limit of 0 means one attempt: a multi-slot lock on free
-// resources is taken, as TryAcquire and TryAcquireBatch take theirs.
-func TestZeroWaitTakesFreeMulti(t *testing.T) {
+// One attempt without a wait is said one way, with a Try form: a wait limit
+// of 0 is refused, by New and by every acquire, before any round trip.
+func TestZeroWaitRefused(t *testing.T) {
 	_, c := miniClient(t)
 	ctx := ctxT(t)
-	for _, tt := range []struct {
-		name string
-		mgr  []manager.Option
-		acq  []manager.AcquireOption
-	}{
-		{"WithWait(0)", nil, []manager.AcquireOption{manager.WithWait(0)}},
-		{"WithWait(0)", []manager.Option{manager.WithWait(0)}, nil},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			m := newManager(t, c, tt.mgr...)
-			for _, acquire := range []func(context.Context, []string, ...manager.AcquireOption) (*manager.MultiLock, error){
-				m.TryAcquireMulti, m.AcquireMulti,
-			} {
-				ml, err := acquire(ctx, []string{"a", "b", "c"}, tt.acq...)
-				if err != nil {
-					t.Fatalf("got %v on free resources", err)
-				}
-				if err := ml.Release(ctx); err != nil {
-					t.Fatal(err)
-				}
-			}
-		})
+	if _, err := manager.New(ctx, c, manager.WithWait(0)); !errors.Is(err, manager.ErrInvalidArgument) {
+		t.Fatalf("New(WithWait(0)) = %v", err)
+	}
+	m := newManager(t, c)
+	if _, err := m.Acquire(ctx, "a", manager.WithWait(0)); !errors.Is(err, manager.ErrInvalidArgument) {
+		t.Fatalf("Acquire(WithWait(0)) = %v", err)
+	}
+	if _, err := m.AcquireMulti(ctx, []string{"a", "b"}, manager.WithWait(0)); !errors.Is(err, manager.ErrInvalidArgument) {
+		t.Fatalf("AcquireMulti(WithWait(0)) = %v", err)
+	}
+	if _, err := m.AcquireRead(ctx, "a", manager.WithWait(-time.Second)); !errors.Is(err, manager.ErrInvalidArgument) {
+		t.Fatalf("AcquireRead(WithWait(-1s)) = %v", err)
 	}
 }
 

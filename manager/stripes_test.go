@@ -199,7 +199,7 @@ func TestRealAcquireAnyRoundTrips(t *testing.T) {
 	}
 	// All taken: a try reads and gives up, with no attempt.
 	trips.Store(0)
-	if _, err := m.AcquireAny(ctx, pool, permits, manager.WithWait(0)); !errors.Is(err, manager.ErrNotAcquired) {
+	if _, err := m.TryAcquireAny(ctx, pool, permits); !errors.Is(err, manager.ErrNotAcquired) {
 		t.Fatalf("full pool: %v", err)
 	}
 	if got := trips.Load(); got > 3 {
