@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/shardlock/shardlock/internal/scripts"
 	"github.com/shardlock/shardlock/sharding"
 )
@@ -212,6 +213,51 @@ func (m *Manager) acquireMulti(ctx context.Context, resources []string, opts []A
 	if err != nil {
 		return nil, err
 	}
+	groups := slotGroups(resources, keys)
+	// One deadline for the whole call: later groups get what is left.
+	ac, _, err := m.acquireConfig(groups[0].resources[0], opts)
+	if err != nil {
+		return nil, err
+	}
+	if ctx == nil {
+		return nil, invalid("context", "nil")
+	}
+	if wait && ac.wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, ac.wait)
+		defer cancel()
+	}
+	ml := &MultiLock{}
+	next := 0
+	if m.cfg.replicas == 0 {
+		var done bool
+		if next, done, err = m.tryAllGroups(ctx, ml, groups, opts, wait, ac.ttl); done {
+			return ml, nil
+		} else if err != nil {
+			return nil, err
+		}
+	}
+	for _, g := range groups[next:] {
+		var l *Lock
+		if wait {
+			l, err = m.AcquireBatch(ctx, g.resources, opts...)
+		} else {
+			l, err = m.TryAcquireBatch(ctx, g.resources, opts...)
+		}
+		if err != nil {
+			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), ac.ttl)
+			_ = ml.Release(rctx) // roll back
+			rcancel()
+			return nil, err
+		}
+		ml.parts = append(ml.parts, l)
+	}
+	return ml, nil
+}
+
+// slotGroups sorts resources (with their keys) in the global order, by slot
+// and then by key, and groups them by slot.
+func slotGroups(resources, keys []string) []*batchInfo {
 	type item struct {
 		resource, key string
 		slot          int
@@ -234,65 +280,39 @@ func (m *Manager) acquireMulti(ctx context.Context, resources []string, opts []A
 		g := groups[len(groups)-1]
 		g.resources, g.keys = append(g.resources, it.resource), append(g.keys, it.key)
 	}
-	// One deadline for the whole call: later groups get what is left.
-	ac, _, err := m.acquireConfig(items[0].resource, opts)
-	if err != nil {
-		return nil, err
+	return groups
+}
+
+// tryAllGroups makes one attempt at every group at once, one pipeline per
+// node (tryGroups), into ml. With every group taken it is done. Else the
+// groups before the first one not taken are kept, as the ordered walk would
+// hold them while it waits for that one (unless the call does not wait),
+// the others are given back (within ttl), and the walk goes on from next;
+// err is the first failure when the call does not wait on.
+func (m *Manager) tryAllGroups(ctx context.Context, ml *MultiLock, groups []*batchInfo, opts []AcquireOption, wait bool, ttl time.Duration) (next int, done bool, err error) {
+	parts, first, ferr := m.tryGroups(ctx, groups, opts)
+	if first == len(groups) {
+		ml.parts = parts
+		return 0, true, nil
 	}
-	if ctx == nil {
-		return nil, invalid("context", "nil")
+	var drop []*Lock
+	for _, l := range parts[first:] {
+		if l != nil {
+			drop = append(drop, l)
+		}
 	}
-	if wait && ac.wait > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, ac.wait)
-		defer cancel()
+	ml.parts = parts[:first]
+	stop := !wait || m.closed.Load()
+	if stop {
+		drop = append(drop, ml.parts...)
 	}
-	ml := &MultiLock{}
-	next := 0
-	if m.cfg.replicas == 0 {
-		// One attempt at every group at once, one pipeline per node. The
-		// groups before the first one not taken are kept (what the ordered
-		// walk below would hold while waiting for that one); the others
-		// are given back.
-		parts, first, ferr := m.tryGroups(ctx, groups, opts)
-		if first == len(groups) {
-			ml.parts = parts
-			return ml, nil
-		}
-		var drop []*Lock
-		for _, l := range parts[first:] {
-			if l != nil {
-				drop = append(drop, l)
-			}
-		}
-		ml.parts = parts[:first]
-		if !wait || m.closed.Load() {
-			drop = append(drop, ml.parts...)
-		}
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), ac.ttl)
-		_, _ = m.releaseLocks(rctx, drop, nil, time.Time{})
-		rcancel()
-		if !wait || m.closed.Load() {
-			return nil, ferr
-		}
-		next = first
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
+	_, _ = m.releaseLocks(rctx, drop, nil, time.Time{})
+	rcancel()
+	if stop {
+		return 0, false, ferr
 	}
-	for _, g := range groups[next:] {
-		var l *Lock
-		if wait {
-			l, err = m.AcquireBatch(ctx, g.resources, opts...)
-		} else {
-			l, err = m.TryAcquireBatch(ctx, g.resources, opts...)
-		}
-		if err != nil {
-			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), ac.ttl)
-			_ = ml.Release(rctx) // roll back
-			rcancel()
-			return nil, err
-		}
-		ml.parts = append(ml.parts, l)
-	}
-	return ml, nil
+	return first, false, nil
 }
 
 // tryGroups makes one attempt at every group (resources of one slot each,
@@ -303,13 +323,8 @@ func (m *Manager) tryGroups(ctx context.Context, groups []*batchInfo, opts []Acq
 	if m.closed.Load() {
 		return make([]*Lock, len(groups)), 0, ErrClosed
 	}
-	type attempt struct {
-		b     *batchInfo
-		ac    acquireConfig
-		token string
-	}
 	start := time.Now()
-	atts := make([]attempt, len(groups))
+	atts := make([]groupAttempt, len(groups))
 	calls := make([]scriptCall, len(groups))
 	for i, b := range groups {
 		ac, _, err := m.acquireConfig(b.resources[0], opts)
@@ -317,7 +332,7 @@ func (m *Manager) tryGroups(ctx context.Context, groups []*batchInfo, opts []Acq
 			return make([]*Lock, len(groups)), 0, err
 		}
 		m.resolveClass(&ac, b.resources[0])
-		atts[i] = attempt{b: b, ac: ac, token: newToken(m.cfg.owner, start)}
+		atts[i] = groupAttempt{b: b, ac: ac, token: newToken(m.cfg.owner, start)}
 		keys, fencing := batchScriptKeys(b, ac.fencing)
 		calls[i] = scriptCall{script: scripts.AcquireBatch, keys: keys, args: []any{atts[i].token, ac.ttlMs, fencing, luaFlag(true), luaFlag(false)}}
 	}
@@ -328,9 +343,7 @@ func (m *Manager) tryGroups(ctx context.Context, groups []*batchInfo, opts []Acq
 	}, func(error) {
 		// The caller has gone: whatever the attempts took is released.
 		for _, a := range atts {
-			for _, k := range a.b.keys {
-				m.reap(k, a.token, sentAt.Add(a.ac.ttl))
-			}
+			a.orphan(m, sentAt.Add(a.ac.ttl))
 		}
 	}); err != nil {
 		return make([]*Lock, len(groups)), 0, errors.Join(ErrNotAcquired, err)
@@ -339,60 +352,77 @@ func (m *Manager) tryGroups(ctx context.Context, groups []*batchInfo, opts []Acq
 	first, firstErr := len(groups), error(nil)
 	for i := range atts {
 		a := &atts[i]
-		res, err := calls[i].cmd.Slice()
-		var (
-			status int
-			fences []uint64
-			held   []int
-		)
+		l, err := m.groupResult(a, calls[i].cmd, start, sentAt)
 		if err == nil {
-			status, fences, held, err = parseBatchReply(res, a.ac.fencing)
-		}
-		switch {
-		case err != nil:
-			if isAmbiguous(err) || ranWithError(err) {
-				// It may still run on the server, or have written before it
-				// failed: its token goes to the reaper.
-				for _, k := range a.b.keys {
-					m.reap(k, a.token, sentAt.Add(a.ac.ttl))
-				}
-			}
-			err = fmt.Errorf("shardlock: acquire %q: %w", a.b.resources[0], err)
-		case status == attemptContended:
-			err = a.b.heldError(held)
-		default:
-			l := m.newLock(a.b.resources[0], a.b.keys[0], a.token, a.token, 0, start, sentAt, &a.ac)
-			l.multi = &batchInfo{resources: a.b.resources, keys: a.b.keys, fences: fences}
-			if len(fences) > 0 {
-				l.fence = fences[0]
-			}
-			if !monoNow().Before(l.validUntil) {
-				// The reply came after the lock would have expired.
-				for _, k := range a.b.keys {
-					m.reap(k, a.token, l.validUntil.Time())
-				}
-				err = ErrNotAcquired
-				break
-			}
-			if !m.sched.add(l) {
-				m.sched.releaseNow(l)
-				err = ErrClosed
-				break
-			}
 			locks[i] = l
 			if a.ac.cls != nil {
 				a.ac.cls.Acquired(time.Since(start))
 			}
 			continue
 		}
-		if a.ac.cls != nil && i < first {
+		if i < first {
 			// Only the first failure is the call's outcome (the others
 			// are retried or given back).
-			a.ac.cls.AcquireFailed(time.Since(start), acquireReason(err, false))
-		}
-		if i < first {
+			if a.ac.cls != nil {
+				a.ac.cls.AcquireFailed(time.Since(start), acquireReason(err, false))
+			}
 			first, firstErr = i, err
 		}
 	}
 	return locks, first, firstErr
+}
+
+// groupAttempt is tryGroups' attempt at one group.
+type groupAttempt struct {
+	b     *batchInfo
+	ac    acquireConfig
+	token string
+}
+
+// orphan hands a's token, which may hold the group's keys until deadline,
+// to the reaper.
+func (a *groupAttempt) orphan(m *Manager, deadline time.Time) {
+	for _, k := range a.b.keys {
+		m.reap(k, a.token, deadline)
+	}
+}
+
+// groupResult makes the Lock of a group's attempt (sent at sentAt, in a
+// call that began at start) from its reply, or says why there is none.
+func (m *Manager) groupResult(a *groupAttempt, cmd *redis.Cmd, start, sentAt time.Time) (*Lock, error) {
+	res, err := cmd.Slice()
+	var (
+		status int
+		fences []uint64
+		held   []int
+	)
+	if err == nil {
+		status, fences, held, err = parseBatchReply(res, a.ac.fencing)
+	}
+	switch {
+	case err != nil:
+		if isAmbiguous(err) || ranWithError(err) {
+			// It may still run on the server, or have written before it
+			// failed: its token goes to the reaper.
+			a.orphan(m, sentAt.Add(a.ac.ttl))
+		}
+		return nil, fmt.Errorf("shardlock: acquire %q: %w", a.b.resources[0], err)
+	case status == attemptContended:
+		return nil, a.b.heldError(held)
+	}
+	l := m.newLock(a.b.resources[0], a.b.keys[0], a.token, a.token, 0, start, sentAt, &a.ac)
+	l.multi = &batchInfo{resources: a.b.resources, keys: a.b.keys, fences: fences}
+	if len(fences) > 0 {
+		l.fence = fences[0]
+	}
+	if !monoNow().Before(l.validUntil) {
+		// The reply came after the lock would have expired.
+		a.orphan(m, l.validUntil.Time())
+		return nil, ErrNotAcquired
+	}
+	if !m.sched.add(l) {
+		m.sched.releaseNow(l)
+		return nil, ErrClosed
+	}
+	return l, nil
 }

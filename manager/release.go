@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/shardlock/shardlock/internal/scripts"
 )
 
@@ -37,33 +38,20 @@ func (m *Manager) releaseAll(ctx context.Context, locks []*Lock, orphans []orpha
 // many locks and tokens it could not release and the error that stopped it;
 // their tokens go to the orphan reaper.
 func (m *Manager) releaseLocks(ctx context.Context, locks []*Lock, orphans []orphan, deadline time.Time) (failed int, err error) {
-	type item struct {
-		orphan    orphan // an orphaned token
-		lock      *Lock
-		ambiguous bool // an earlier try's reply was lost
-	}
-	items := make([]item, 0, len(locks)+len(orphans))
+	items := make([]releaseItem, 0, len(locks)+len(orphans))
 	for _, l := range locks {
 		if l.beginRelease() {
-			items = append(items, item{lock: l})
+			items = append(items, releaseItem{lock: l})
 		}
 	}
 	for _, o := range orphans {
-		items = append(items, item{orphan: o})
+		items = append(items, releaseItem{orphan: o})
 	}
 	err = m.retryTransient(ctx, deadline, func(ctx context.Context) error {
 		calls := make([]scriptCall, len(items))
 		sentAt := time.Now()
-		for i, it := range items {
-			switch l := it.lock; {
-			case l == nil:
-				calls[i] = it.orphan.releaseCall()
-			case l.multi != nil:
-				calls[i] = scriptCall{script: scripts.ReleaseBatch, keys: l.multi.keys, args: l.args[:]}
-			default:
-				release, _, _ := l.rw.scripts()
-				calls[i] = scriptCall{script: release, keys: l.keys[:], args: l.args[:]}
-			}
+		for i := range items {
+			calls[i] = items[i].call()
 		}
 		if err := m.bounded(ctx, time.Time{}, func(ctx context.Context) error {
 			runBatch(ctx, m.client, calls)
@@ -77,36 +65,18 @@ func (m *Manager) releaseLocks(ctx context.Context, locks []*Lock, orphans []orp
 			return err
 		}
 		var (
-			rest     []item
+			rest     []releaseItem
 			firstErr error
 		)
 		for i, c := range calls {
 			it := items[i]
-			err := c.cmd.Err()
-			if err != nil && isTransient(err) {
+			if err := c.cmd.Err(); err != nil && isTransient(err) {
 				it.ambiguous = it.ambiguous || isAmbiguous(err)
 				rest = append(rest, it)
 				firstErr = err
 				continue
 			}
-			l := it.lock
-			if l == nil {
-				continue
-			}
-			var result error
-			switch {
-			case err != nil:
-				result = fmt.Errorf("shardlock: release: %w", err)
-			case l.multi != nil:
-				res, err := c.cmd.Int64Slice()
-				if result = err; err == nil {
-					result = l.batchReleaseResult(res, it.ambiguous, sentAt, l.validUntilNow())
-				}
-			default:
-				r, _, err := parseRelease(c.cmd.Result())
-				result = releaseResult(r, err, it.ambiguous, sentAt, l.validUntilNow())
-			}
-			l.finishRelease(result)
+			it.settle(c.cmd, sentAt)
 		}
 		items = rest
 		return firstErr
@@ -121,6 +91,49 @@ func (m *Manager) releaseLocks(ctx context.Context, locks []*Lock, orphans []orp
 		}
 	}
 	return failed, err
+}
+
+// releaseItem is a lock or an orphaned token that releaseLocks releases.
+type releaseItem struct {
+	orphan    orphan // an orphaned token, when lock is nil
+	lock      *Lock
+	ambiguous bool // an earlier try's reply was lost
+}
+
+// call is the script call that releases it.
+func (it *releaseItem) call() scriptCall {
+	switch l := it.lock; {
+	case l == nil:
+		return it.orphan.releaseCall()
+	case l.multi != nil:
+		return scriptCall{script: scripts.ReleaseBatch, keys: l.multi.keys, args: l.args[:]}
+	default:
+		release, _, _ := l.rw.scripts()
+		return scriptCall{script: release, keys: l.keys[:], args: l.args[:]}
+	}
+}
+
+// settle records on it's lock the outcome of its release, cmd, sent at
+// sentAt (an orphaned token has no one to tell).
+func (it *releaseItem) settle(cmd *redis.Cmd, sentAt time.Time) {
+	l := it.lock
+	if l == nil {
+		return
+	}
+	var result error
+	switch err := cmd.Err(); {
+	case err != nil:
+		result = fmt.Errorf("shardlock: release: %w", err)
+	case l.multi != nil:
+		res, err := cmd.Int64Slice()
+		if result = err; err == nil {
+			result = l.batchReleaseResult(res, it.ambiguous, sentAt, l.validUntilNow())
+		}
+	default:
+		r, _, err := parseRelease(cmd.Result())
+		result = releaseResult(r, err, it.ambiguous, sentAt, l.validUntilNow())
+	}
+	l.finishRelease(result)
 }
 
 // releaseResult turns a release script reply into Release's error.
