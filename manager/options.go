@@ -203,11 +203,6 @@ func WithReplicaAck(n int, timeout time.Duration, policy ReplicaPolicy) Option {
 // held lock look lost or a released lock look not held.
 func WithCoalescing(on bool) Option { return optionFunc(func(c *config) { c.autoPipeline = &on }) }
 
-// WithAutoPipeline is WithCoalescing.
-//
-// Deprecated: use WithCoalescing.
-func WithAutoPipeline(on bool) Option { return WithCoalescing(on) }
-
 // WithStartupCheck turns the checks New makes (server versions, script
 // preload) on or off. They are on by default.
 func WithStartupCheck(on bool) Option {
