@@ -64,6 +64,15 @@
 // as long as the old and the new master's clocks agree to within the time
 // the failover took.
 //
+// # Read-write locks
+//
+// [Manager.AcquireRead] and [Manager.AcquireWrite] (and their Try forms)
+// take a read-write lock: any number of readers or one writer. A waiting
+// writer makes new readers wait behind it; waiters queue and are handed the
+// lock as an exclusive lock's are; each reader's share has its own TTL,
+// renewed by the watchdog; writers take fences. The whole lock is one hash
+// at the lock key, so a slot migration moves it whole.
+//
 // # Deadlines and misbehaving servers
 //
 // Every call returns by its context's deadline, whatever the client's
