@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -231,7 +232,8 @@ func (e *Exporter) Scan(ctx context.Context) *ScanResult {
 	return res
 }
 
-// examine reads the value and PTTL of keys in one pipeline.
+// examine reads the value and PTTL of keys in one pipeline, and the fields
+// of the read-write locks among them (hashes) in a second one.
 func (e *Exporter) examine(ctx context.Context, c *redis.Client, keys []string, res *ScanResult, mu *sync.Mutex,
 	classes *classBounder, now time.Time) error {
 	if len(keys) == 0 {
@@ -256,8 +258,8 @@ func (e *Exporter) examine(ctx context.Context, c *redis.Client, keys []string, 
 	// Exec's error is the first command's; each command is judged on its
 	// own below, so one odd key never fails the scan.
 	_, _ = pipe.Exec(ctx)
+	var hashes []kv // WRONGTYPE: maybe read-write locks
 	mu.Lock()
-	defer mu.Unlock()
 	for _, b := range batch {
 		val, err := b.get.Result()
 		if errors.Is(err, redis.Nil) {
@@ -266,38 +268,111 @@ func (e *Exporter) examine(ctx context.Context, c *redis.Client, keys []string, 
 		if err != nil {
 			var reply redis.Error
 			if !errors.As(err, &reply) {
+				mu.Unlock()
 				return err // the connection failed: the scan did
 			}
-			// An error reply: a key that is not a string (WRONGTYPE) or
-			// cannot be read. Not a lock key: skipped, counted, left alone.
-			reason := metrics.ReasonUnreadable
 			if strings.HasPrefix(err.Error(), "WRONGTYPE") {
-				reason = metrics.ReasonWrongType
+				hashes = append(hashes, b)
+				continue
 			}
-			res.Skipped[reason]++
+			// An error reply: a key that cannot be read. Not a lock key:
+			// skipped, counted, left alone.
+			res.Skipped[metrics.ReasonUnreadable]++
 			continue
 		}
-		class := classes.name(e.cfg.ClassOf(resourceOf(e.cfg.Prefix, b.key)))
-		st := res.Classes[class]
-		if st == nil {
-			st = &ClassStats{}
-			res.Classes[class] = st
-		}
+		st := res.class(classes.name(e.cfg.ClassOf(resourceOf(e.cfg.Prefix, b.key))))
 		st.Keys++
 		if b.pttl.Val() == -1 { // go-redis keeps PTTL's "no expiry" reply as -1
-
 			st.WithoutExpiry++
 		}
 		if info, err := manager.ParseToken(val); err == nil {
-			if now.Sub(info.AcquiredAt) > e.cfg.Overdue {
-				st.Overdue++
-			}
-			if st.Oldest.IsZero() || info.AcquiredAt.Before(st.Oldest) {
-				st.Oldest = info.AcquiredAt
+			st.sawHolder(info.AcquiredAt, now, e.cfg.Overdue)
+		}
+	}
+	mu.Unlock()
+	if len(hashes) == 0 {
+		return nil
+	}
+	pipe = c.Pipeline()
+	fields := make([]*redis.MapStringStringCmd, len(hashes))
+	for i, h := range hashes {
+		fields[i] = pipe.HGetAll(ctx, h.key)
+	}
+	_, _ = pipe.Exec(ctx)
+	mu.Lock()
+	defer mu.Unlock()
+	for i, h := range hashes {
+		f, err := fields[i].Result()
+		var reply redis.Error
+		switch {
+		case err != nil && !errors.As(err, &reply):
+			return err // the connection failed: the scan did
+		case err != nil || f["sl"] != rwMagic:
+			// A key that is not a string and not a read-write lock: not
+			// a lock key: skipped, counted, left alone.
+			res.Skipped[metrics.ReasonWrongType]++
+			continue
+		}
+		holders := rwHolders(f, now)
+		if len(holders) == 0 {
+			continue // a read-write lock nobody holds
+		}
+		st := res.class(classes.name(e.cfg.ClassOf(resourceOf(e.cfg.Prefix, h.key))))
+		st.Keys++
+		if h.pttl.Val() == -1 {
+			st.WithoutExpiry++
+		}
+		st.sawHolder(slices.MinFunc(holders, time.Time.Compare), now, e.cfg.Overdue) // a key is as old as its oldest holder
+	}
+	return nil
+}
+
+// rwMagic marks a read-write lock's hash (see internal/scripts/rw.lua).
+const rwMagic = "rw1"
+
+// rwHolders returns when each live holder of a read-write lock (its
+// fields f) acquired it: its writer, or each of its readers.
+func rwHolders(f map[string]string, now time.Time) []time.Time {
+	var out []time.Time
+	ms := now.UnixMilli()
+	live := func(exp string) bool {
+		n, err := strconv.ParseInt(exp, 10, 64)
+		return err == nil && n > ms
+	}
+	if w := f["w"]; w != "" && live(f["we"]) {
+		if info, err := manager.ParseToken(w); err == nil {
+			out = append(out, info.AcquiredAt)
+		}
+	}
+	for k, v := range f {
+		if tok, ok := strings.CutPrefix(k, "r:"); ok && live(v) {
+			if info, err := manager.ParseToken(tok); err == nil {
+				out = append(out, info.AcquiredAt)
 			}
 		}
 	}
-	return nil
+	return out
+}
+
+// class returns the stats of class name, made on first use.
+func (res *ScanResult) class(name string) *ClassStats {
+	st := res.Classes[name]
+	if st == nil {
+		st = &ClassStats{}
+		res.Classes[name] = st
+	}
+	return st
+}
+
+// sawHolder counts a key whose (oldest) holder acquired it at acquiredAt:
+// overdue past overdue, and the oldest so far.
+func (st *ClassStats) sawHolder(acquiredAt, now time.Time, overdue time.Duration) {
+	if now.Sub(acquiredAt) > overdue {
+		st.Overdue++
+	}
+	if st.Oldest.IsZero() || acquiredAt.Before(st.Oldest) {
+		st.Oldest = acquiredAt
+	}
 }
 
 func masterStats(ctx context.Context, c *redis.Client) (MasterStats, error) {

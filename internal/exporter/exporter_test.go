@@ -239,3 +239,60 @@ func gaugeOf(t *testing.T, reg *prometheus.Registry, name string) prometheus.Gau
 	t.Fatalf("no single series %s", name)
 	return nil
 }
+
+// A read-write lock is a lock key to the scan: counted once in its class
+// while anyone holds it, its oldest live holder (writer or reader) read
+// from its hash; one that nobody holds, and a share whose time ran out,
+// are not counted.
+func TestScanCountsReadWriteLocks(t *testing.T) {
+	forEachScanTarget(t, func(t *testing.T, ctx context.Context, c redis.UniversalClient) {
+		prefix := testenv.Unique("rwscan") + ":"
+		m, err := manager.New(ctx, c, manager.WithKeyPrefix(prefix), manager.WithOwner("scan-test"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close(ctx)
+		r1, err := m.TryAcquireRead(ctx, "{order:1}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r2, err := m.TryAcquireRead(ctx, "{order:1}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := m.TryAcquireWrite(ctx, "{order:2}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		free, _ := m.TryAcquireRead(ctx, "{order:3}")
+		_ = free.Release(ctx)
+		// An hour-old reader's share on order:1, and one whose time ran out.
+		key1 := r1.Key()
+		c.HSet(ctx, key1, "r:"+oldToken(), time.Now().Add(time.Minute).UnixMilli())
+		c.HSet(ctx, key1, "r:"+strings.Replace(oldToken(), "old-owner", "gone-owner", 1), time.Now().Add(-time.Second).UnixMilli())
+		defer func() {
+			_ = r1.Release(ctx)
+			_ = r2.Release(ctx)
+			_ = w.Release(ctx)
+		}()
+
+		e, err := exporter.New(c, exporter.Config{Prefix: prefix, ScanCount: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res := e.Scan(ctx)
+		if res.Errors != 0 {
+			t.Fatalf("scan failed: %+v", res)
+		}
+		if res.Skipped[metrics.ReasonWrongType] != 0 {
+			t.Fatalf("read-write locks skipped as wrong_type: %v", res.Skipped)
+		}
+		st := res.Classes["order"]
+		if st == nil || st.Keys != 2 {
+			t.Fatalf("order class %+v: want the 2 held read-write locks", st)
+		}
+		if st.Overdue != 1 || time.Since(st.Oldest) < 59*time.Minute {
+			t.Fatalf("order class %+v: want the hour-old reader, overdue and oldest", st)
+		}
+	})
+}
