@@ -21,7 +21,7 @@ import (
 // after Close, a *ReplicaAckError under WithReplicaAck(…, ReplicaFail), or
 // the Redis error.
 func (m *Manager) TryAcquire(ctx context.Context, resource string, opts ...AcquireOption) (*Lock, error) {
-	return m.acquire(ctx, resource, opts, false)
+	return m.acquire(ctx, resource, opts, rwNone, false)
 }
 
 // Acquire takes the lock on resource, waiting while another owner holds it,
@@ -39,10 +39,12 @@ func (m *Manager) TryAcquire(ctx context.Context, resource string, opts ...Acqui
 // later is released as soon as it comes. With ctx already ended it sends
 // nothing.
 func (m *Manager) Acquire(ctx context.Context, resource string, opts ...AcquireOption) (*Lock, error) {
-	return m.acquire(ctx, resource, opts, true)
+	return m.acquire(ctx, resource, opts, rwNone, true)
 }
 
-func (m *Manager) acquire(ctx context.Context, resource string, opts []AcquireOption, wait bool) (*Lock, error) {
+// acquire takes the lock on resource: an exclusive lock, or a read-write
+// lock's reader or writer (mode).
+func (m *Manager) acquire(ctx context.Context, resource string, opts []AcquireOption, mode rwMode, wait bool) (*Lock, error) {
 	if err := m.usable(); err != nil {
 		return nil, err
 	}
@@ -51,7 +53,10 @@ func (m *Manager) acquire(ctx context.Context, resource string, opts []AcquireOp
 		m.mx.Class(metrics.ClassDefault).AcquireFailed(0, metrics.ReasonInvalid)
 		return nil, err
 	}
-	return m.acquireMeasured(ctx, target{resource: resource, key: key}, &ac, wait)
+	if mode == rwRead {
+		ac.fencing = false // readers take no fence
+	}
+	return m.acquireMeasured(ctx, target{resource: resource, key: key, rw: mode}, &ac, wait)
 }
 
 // acquireMeasured resolves the metrics class of tg, runs the acquire loop

@@ -6,7 +6,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shardlock/shardlock/internal/scripts"
-	"github.com/shardlock/shardlock/metrics"
 )
 
 // Read-write locks.
@@ -55,43 +54,28 @@ func (mo rwMode) arg() string {
 // waiting while a writer holds it or waits for it, as Acquire waits. Its
 // errors are Acquire's.
 func (m *Manager) AcquireRead(ctx context.Context, resource string, opts ...AcquireOption) (*Lock, error) {
-	return m.acquireRW(ctx, resource, opts, rwRead, true)
+	return m.acquire(ctx, resource, opts, rwRead, true)
 }
 
 // TryAcquireRead makes one attempt at a reader's share of the read-write
 // lock on resource: it returns ErrNotAcquired when a writer holds the lock
 // or waits for it. Its other errors are TryAcquire's.
 func (m *Manager) TryAcquireRead(ctx context.Context, resource string, opts ...AcquireOption) (*Lock, error) {
-	return m.acquireRW(ctx, resource, opts, rwRead, false)
+	return m.acquire(ctx, resource, opts, rwRead, false)
 }
 
 // AcquireWrite takes the read-write lock on resource as its writer,
 // waiting while readers or another writer hold it, as Acquire waits. Its
 // errors are Acquire's.
 func (m *Manager) AcquireWrite(ctx context.Context, resource string, opts ...AcquireOption) (*Lock, error) {
-	return m.acquireRW(ctx, resource, opts, rwWrite, true)
+	return m.acquire(ctx, resource, opts, rwWrite, true)
 }
 
 // TryAcquireWrite makes one attempt to take the read-write lock on
 // resource as its writer: it returns ErrNotAcquired while readers or
 // another writer hold it. Its other errors are TryAcquire's.
 func (m *Manager) TryAcquireWrite(ctx context.Context, resource string, opts ...AcquireOption) (*Lock, error) {
-	return m.acquireRW(ctx, resource, opts, rwWrite, false)
-}
-
-func (m *Manager) acquireRW(ctx context.Context, resource string, opts []AcquireOption, mode rwMode, wait bool) (*Lock, error) {
-	if err := m.usable(); err != nil {
-		return nil, err
-	}
-	ac, key, err := m.acquireConfig(resource, opts)
-	if err != nil {
-		m.mx.Class(metrics.ClassDefault).AcquireFailed(0, metrics.ReasonInvalid)
-		return nil, err
-	}
-	if mode == rwRead {
-		ac.fencing = false // readers take no fence
-	}
-	return m.acquireMeasured(ctx, target{resource: resource, key: key, rw: mode}, &ac, wait)
+	return m.acquire(ctx, resource, opts, rwWrite, false)
 }
 
 // attemptRW makes one attempt at a read-write lock: a fair waiter's (its

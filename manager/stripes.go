@@ -71,7 +71,7 @@ func (m *Manager) acquireStripe(ctx context.Context, resource string, stripes in
 	if err != nil {
 		return nil, err
 	}
-	return m.acquire(ctx, names[0], opts, wait)
+	return m.acquire(ctx, names[0], opts, rwNone, wait)
 }
 
 // AcquireAny takes any free one of permits locks on resource, an N-holder
