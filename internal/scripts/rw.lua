@@ -50,16 +50,21 @@ local function rw_load(k)
     if redis.call('EXISTS', k) == 1 then return nil end
     return {exists = false, we = 0, wq = 0, wp = 0, n = 0}
   end
-  local s = {exists = true, w = v[2], we = tonumber(v[3]) or 0, wq = tonumber(v[4]) or 0,
+  local s = {exists = true, ttl = true, w = v[2], we = tonumber(v[3]) or 0, wq = tonumber(v[4]) or 0,
     wp = tonumber(v[5]) or 0, n = tonumber(v[6]) or 0, q = v[7]}
   if s.w and s.we <= now() then s.w = nil end -- the writer's time ran out
   return s
 end
 
--- rw_keep makes k live until at least ms (server clock).
-local function rw_keep(k, ms)
-  local left = redis.call('PTTL', k)
-  if left < 0 or now() + left < ms then redis.call('PEXPIREAT', k, ms) end
+-- rw_keep makes k live until at least ms (server clock). A key that has an
+-- expiry (every read-write lock does, once made) keeps a later one (GT).
+local function rw_keep(k, s, ms)
+  if s.ttl then
+    redis.call('PEXPIREAT', k, ms, 'GT')
+  else
+    redis.call('PEXPIREAT', k, ms)
+    s.ttl = true
+  end
 end
 
 -- rw_writer_waits reports whether new readers must wait for a writer.
@@ -104,7 +109,7 @@ local function rw_store(k, s, qs)
   s.q, s.wq = table.concat(qs, '\n'), wq
   redis.call('HSET', k, 'q', s.q)
   if wq > 0 then redis.call('HSET', k, 'wq', wq) else redis.call('HDEL', k, 'wq') end
-  rw_keep(k, latest)
+  rw_keep(k, s, latest)
 end
 
 -- rw_live_readers counts k's readers whose time has not run out, deleting
@@ -152,22 +157,26 @@ local function rw_set_writer(k, s, tok, ttl, fenced)
   redis.call('HSET', k, 'sl', RW_MAGIC, 'w', tok, 'we', now() + ttl)
   redis.call('HDEL', k, 'wp')
   s.w, s.we, s.wp, s.exists = tok, now() + ttl, 0, true
-  rw_keep(k, now() + ttl)
+  rw_keep(k, s, now() + ttl)
   return fence
 end
 
 -- rw_add_reader makes tok a reader of k for ttl ms (a reader already
--- there gets the new expiry).
-local function rw_add_reader(k, s, tok, ttl)
+-- there gets the new expiry). fresh says tok is known to have no share yet
+-- (the common case, in one HSET).
+local function rw_add_reader(k, s, tok, ttl, fresh)
+  local exp = now() + ttl
   if not s.exists then
-    redis.call('HSET', k, 'sl', RW_MAGIC)
-    s.exists = true
-  end
-  if redis.call('HSET', k, 'r:' .. tok, now() + ttl) == 1 then
+    s.n, s.exists = 1, true
+    redis.call('HSET', k, 'sl', RW_MAGIC, 'r:' .. tok, exp, 'n', 1)
+  elseif fresh then
+    s.n = s.n + 1
+    redis.call('HSET', k, 'r:' .. tok, exp, 'n', s.n)
+  elseif redis.call('HSET', k, 'r:' .. tok, exp) == 1 then
     s.n = s.n + 1
     redis.call('HSET', k, 'n', s.n)
   end
-  rw_keep(k, now() + ttl)
+  rw_keep(k, s, exp)
 end
 
 -- rw_announce tells the waiter with token tok that it holds the lock.
@@ -197,7 +206,7 @@ local function rw_hand_over(k, s)
       break -- the writer's turn comes after these readers
     end
     table.remove(qs, i)
-    rw_add_reader(k, s, tok, lease)
+    rw_add_reader(k, s, tok, lease, false)
     rw_announce(k, tok, 0)
     readers = readers + 1
     if readers >= RW_RUN then break end
@@ -232,10 +241,11 @@ local function rw_dequeue(k, s, e)
   return found
 end
 
--- rw_record leaves a release's outcome for a re-sent call to find.
-local function rw_record(k, tok, out)
-  redis.call('HSET', k, 'o', tok .. '=' .. out, 'oe', now() + RW_OUTCOME)
-  rw_keep(k, now() + RW_OUTCOME)
+-- rw_record leaves a release's outcome for a re-sent call to find, with
+-- the count of readers' fields (s.n) in the same write.
+local function rw_record(k, s, tok, out)
+  redis.call('HSET', k, 'o', tok .. '=' .. out, 'oe', now() + RW_OUTCOME, 'n', s.n)
+  rw_keep(k, s, now() + RW_OUTCOME)
   return out
 end
 

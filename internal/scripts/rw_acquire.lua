@@ -33,14 +33,14 @@ end
 
 if s.w == tok then -- ours already
   redis.call('HSET', k, 'we', now() + ttl)
-  rw_keep(k, now() + ttl)
+  rw_keep(k, s, now() + ttl)
   local f = 0
   if fenced then f = tonumber(redis.call('HGET', k, 'f')) or 0 end
   if recheck then rw_dequeue(k, s, entry) end
   return {2, f}
 end
 if reader and s.n > 0 and redis.call('HEXISTS', k, 'r:' .. tok) == 1 then
-  rw_add_reader(k, s, tok, ttl)
+  rw_add_reader(k, s, tok, ttl, false)
   if recheck then rw_dequeue(k, s, entry) end
   return {2, 0}
 end
@@ -48,7 +48,7 @@ end
 local wait_ms = 0 -- until the holders in the way run out of time
 if reader then
   if not s.w and not rw_writer_waits(s) then
-    rw_add_reader(k, s, tok, ttl)
+    rw_add_reader(k, s, tok, ttl, true) -- no share: looked for above
     return took(0)
   end
   if s.w then wait_ms = s.we - now() end
@@ -70,7 +70,7 @@ elseif not reader and (tonumber(ARGV[7]) or 0) > 0 then
   local hold = now() + tonumber(ARGV[7])
   if hold > s.wp then
     redis.call('HSET', k, 'wp', hold)
-    rw_keep(k, hold)
+    rw_keep(k, s, hold)
   end
 end
 if recheck then return {0, math.max(wait_ms, 0)} end

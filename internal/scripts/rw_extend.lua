@@ -10,12 +10,12 @@ local s = rw_load(k)
 if not s then return -1 end
 if s.w == tok then
   redis.call('HSET', k, 'we', now() + ttl)
-  rw_keep(k, now() + ttl)
+  rw_keep(k, s, now() + ttl)
   return 1
 end
 local exp = s.n > 0 and tonumber(redis.call('HGET', k, 'r:' .. tok))
 if exp and exp > now() then
-  rw_add_reader(k, s, tok, ttl)
+  rw_add_reader(k, s, tok, ttl, false)
   return 1
 end
 if s.w then return -1 end

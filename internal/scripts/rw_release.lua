@@ -21,15 +21,14 @@ if s.w == tok then
   redis.call('HDEL', k, 'w', 'we')
   s.w = nil
 elseif s.n > 0 and redis.call('HDEL', k, 'r:' .. tok) == 1 then
-  s.n = s.n - 1
-  redis.call('HSET', k, 'n', s.n)
+  s.n = s.n - 1 -- written with the outcome (rw_record)
   if s.n > 0 and (not s.q or rw_live_readers(k, s) > 0) then
-    return rw_record(k, tok, 1) -- other readers hold it still
+    return rw_record(k, s, tok, 1) -- other readers hold it still
   end
 elseif s.w then
   return rw_recorded(k, tok, -1)
 else
   return rw_recorded(k, tok, 0)
 end
-if rw_hand_over(k, s) then return rw_record(k, tok, 2) end
-return rw_record(k, tok, 1)
+if rw_hand_over(k, s) then return rw_record(k, s, tok, 2) end
+return rw_record(k, s, tok, 1)
