@@ -44,10 +44,7 @@ type Lock struct {
 	sig        *lockSignals
 	cause      error // why Context is (or is to be) cancelled; nil while it lives
 	ttl        time.Duration
-	interval   time.Duration
-	lastSent   mono // send time of the last successful write of the key's TTL
-	validUntil mono // by this process's monotonic clock
-	nextRenew  mono
+	validUntil mono  // by this process's monotonic clock
 	maxHoldAt  mono  // zero: no max hold
 	err        error // why Done closed; after a release, see releaseErrLocked
 	replicas   int
@@ -55,6 +52,17 @@ type Lock struct {
 	finished   bool // Done is (or is to be) closed
 	maxFired   bool
 	watchdog   bool
+
+	rn renewState // the watchdog's renewal bookkeeping, under mu
+	wd watchEntry // the watchdog's, under its mutex
+}
+
+// renewState is the watchdog's bookkeeping of a lock's renewals, under the
+// lock's mutex: what the holder sees (validity, errors, Done) stays in Lock.
+type renewState struct {
+	interval time.Duration
+	lastSent mono // send time of the last successful write of the key's TTL
+	next     mono // when the next renewal is due
 	// claimed: the lock was handed over from Redis's queue on the claim
 	// lease (see fair.go) and no renewal has set its TTL since; its first
 	// renewal is sent even without the watchdog.
@@ -67,10 +75,8 @@ type Lock struct {
 	// renewing: the watchdog's renewal is in flight; the lock stays in the
 	// heap, due at the end of its validity, so that a renewal stuck in I/O
 	// never delays the loss.
-	renewing   bool
-	renewFails int // renewals failed in a row, for the backoff and the log
-
-	wd watchEntry // the watchdog's, under its mutex
+	renewing bool
+	fails    int // renewals failed in a row, for the backoff and the log
 }
 
 // watchEntry is the scheduler's bookkeeping of a lock it watches: when it
@@ -109,9 +115,10 @@ func (m *Manager) newLock(resource, key, token string, tokenArg any, fence uint6
 	l := &Lock{
 		m: m, resource: resource, key: key, token: token, fence: fence, acquiredAt: acquiredAt,
 		keys: [1]string{key}, args: [1]any{tokenArg}, cls: ac.cls,
-		ttl: ac.ttl, interval: ac.interval, fixedInterval: m.cfg.renewInterval > 0,
-		lastSent: monoOf(validFrom), validUntil: monoOf(validFrom).Add(ac.ttl - drift(ac.ttl)),
-		nextRenew: monoOf(validFrom).Add(ac.interval), watchdog: ac.watchdog, wd: watchEntry{idx: idxNone},
+		ttl: ac.ttl, validUntil: monoOf(validFrom).Add(ac.ttl - drift(ac.ttl)), watchdog: ac.watchdog,
+		rn: renewState{interval: ac.interval, fixedInterval: m.cfg.renewInterval > 0,
+			lastSent: monoOf(validFrom), next: monoOf(validFrom).Add(ac.interval)},
+		wd: watchEntry{idx: idxNone},
 	}
 	if ac.maxHold > 0 {
 		l.maxHoldAt = monoOf(acquiredAt).Add(ac.maxHold)
@@ -130,9 +137,9 @@ const claimValidity = scripts.ClaimLease - 2*time.Millisecond
 // a lock released first cancels nothing: the renewal then finds the key
 // released and is ignored.
 func (l *Lock) onClaim(validFrom time.Time) {
-	l.claimed = true
+	l.rn.claimed = true
 	l.validUntil = monoOf(validFrom).Add(min(claimValidity, l.ttl-drift(l.ttl)))
-	l.nextRenew = monoOf(validFrom)
+	l.rn.next = monoOf(validFrom)
 }
 
 // Resource returns the resource name the lock was taken on.
@@ -294,7 +301,7 @@ func (l *Lock) markLost(cause error) bool {
 	}
 	l.state = stateLost
 	l.err = lost(cause)
-	err, watched := l.err, l.watched
+	err, watched := l.err, l.rn.watched
 	l.mu.Unlock()
 	if l.cls != nil {
 		l.cls.Lost(time.Since(l.acquiredAt), lostReason(cause))
@@ -374,9 +381,9 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	l.mu.Lock()
-	if l.fixedInterval && l.interval >= ttl {
+	if l.rn.fixedInterval && l.rn.interval >= ttl {
 		l.mu.Unlock()
-		return invalid("ttl", "%v must exceed the renew interval %v", ttl, l.interval)
+		return invalid("ttl", "%v must exceed the renew interval %v", ttl, l.rn.interval)
 	}
 	if err := l.heldErrLocked(); err != nil {
 		l.mu.Unlock()
@@ -472,19 +479,19 @@ func (m *Manager) extendWait(ctx context.Context, l *Lock, ttlMs string) (int64,
 func (l *Lock) renewed(sentAtTime time.Time, ttl time.Duration) {
 	sentAt := monoOf(sentAtTime)
 	l.mu.Lock()
-	if l.state != stateHeld || sentAt.Before(l.lastSent) {
+	if l.state != stateHeld || sentAt.Before(l.rn.lastSent) {
 		l.mu.Unlock()
 		return
 	}
-	l.lastSent = sentAt
+	l.rn.lastSent = sentAt
 	l.ttl = ttl
-	if !l.fixedInterval {
-		l.interval = ttl / 3
+	if !l.rn.fixedInterval {
+		l.rn.interval = ttl / 3
 	}
 	l.validUntil = sentAt.Add(ttl - drift(ttl))
-	l.nextRenew = sentAt.Add(l.interval)
-	l.renewFails = 0
-	l.claimed = false
+	l.rn.next = sentAt.Add(l.rn.interval)
+	l.rn.fails = 0
+	l.rn.claimed = false
 	due, slack := l.nextDueLocked()
 	l.mu.Unlock()
 	l.m.sched.schedule(l, due, slack)
@@ -496,8 +503,8 @@ func (l *Lock) renewed(sentAtTime time.Time, ttl time.Duration) {
 // failed renewal, the max hold and the end of validity may not.
 func (l *Lock) nextDueLocked() (mono, time.Duration) {
 	due, slack := l.validUntil, time.Duration(0)
-	if (l.watchdog || l.claimed) && !l.maxFired && !l.renewing && l.nextRenew.Before(due) {
-		due, slack = l.nextRenew, l.renewSlackLocked()
+	if (l.watchdog || l.rn.claimed) && !l.maxFired && !l.rn.renewing && l.rn.next.Before(due) {
+		due, slack = l.rn.next, l.renewSlackLocked()
 	}
 	if !l.maxHoldAt.IsZero() && !l.maxFired && l.maxHoldAt.Before(due) {
 		due, slack = l.maxHoldAt, 0
@@ -508,10 +515,10 @@ func (l *Lock) nextDueLocked() (mono, time.Duration) {
 // renewDueLocked reports whether the watchdog should send a renewal of l
 // at now: one is due (within its slack) and none is in flight.
 func (l *Lock) renewDueLocked(now mono) bool {
-	if (!l.watchdog && !l.claimed) || l.maxFired || l.renewing {
+	if (!l.watchdog && !l.rn.claimed) || l.maxFired || l.rn.renewing {
 		return false
 	}
-	return !now.Add(l.renewSlackLocked()).Before(l.nextRenew)
+	return !now.Add(l.renewSlackLocked()).Before(l.rn.next)
 }
 
 // renewSlackLocked is how early a renewal may go: a quarter interval, to
@@ -519,10 +526,10 @@ func (l *Lock) renewDueLocked(now mono) bool {
 // after a failed renewal, which keeps its backoff, nor for the confirmation
 // of a claim lease, which a release within the lease makes unnecessary.
 func (l *Lock) renewSlackLocked() time.Duration {
-	if l.renewFails > 0 || l.claimed {
+	if l.rn.fails > 0 || l.rn.claimed {
 		return 0
 	}
-	return l.interval / 4
+	return l.rn.interval / 4
 }
 
 // TTL returns the lock's remaining TTL on the server. It returns ErrExpired

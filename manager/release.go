@@ -189,7 +189,7 @@ func (l *Lock) beginRelease() bool {
 		return false
 	}
 	l.state = stateReleasing
-	watched := l.watched
+	watched := l.rn.watched
 	l.mu.Unlock()
 	if watched {
 		l.m.sched.remove(l)
@@ -284,7 +284,7 @@ func (l *Lock) startRelease(ctx context.Context) (validUntil time.Time, first bo
 		return time.Time{}, false, l.releaseErrLocked()
 	}
 	l.state = stateReleasing
-	validUntil, watched := l.validUntil.Time(), l.watched
+	validUntil, watched := l.validUntil.Time(), l.rn.watched
 	l.mu.Unlock()
 	if watched {
 		l.m.sched.remove(l) // else the scheduler drops it from its incoming list

@@ -98,7 +98,7 @@ func (l *Lock) Forget() error {
 		return err
 	}
 	l.state, l.err = stateLost, ErrForgotten
-	watched := l.watched
+	watched := l.rn.watched
 	l.endLocked(ErrForgotten, true)
 	l.mu.Unlock()
 	if watched {

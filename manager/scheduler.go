@@ -156,7 +156,7 @@ func (s *scheduler) drainLocked() {
 	for i, l := range s.incoming {
 		l.mu.Lock()
 		held := l.state == stateHeld
-		l.watched = held // under l.mu: Release and markLost read it there
+		l.rn.watched = held // under l.mu: Release and markLost read it there
 		l.mu.Unlock()
 		if held {
 			heap.Push(&s.locks, l)
@@ -328,7 +328,7 @@ func (s *scheduler) process(nowTime time.Time, due []*Lock, orphans []orphan) {
 			l.mu.Lock()
 		}
 		if !now.Before(l.validUntil) {
-			fails := l.renewFails
+			fails := l.rn.fails
 			l.mu.Unlock()
 			var cause error = &validityError{fails: fails}
 			if l.maxFired {
@@ -338,7 +338,7 @@ func (s *scheduler) process(nowTime time.Time, due []*Lock, orphans []orphan) {
 			continue
 		}
 		if l.renewDueLocked(now) {
-			l.renewing = true
+			l.rn.renewing = true
 			r := renewal{l: l, ttl: l.ttl, sentAt: time.Now()}
 			if deadline.IsZero() || l.validUntil.Time().Before(deadline) {
 				deadline = l.validUntil.Time()
@@ -397,8 +397,8 @@ func (s *scheduler) renewResult(r renewal, c scriptCall) {
 	l := r.l
 	res, err := c.cmd.Int64()
 	l.mu.Lock()
-	l.renewing = false
-	fails := l.renewFails
+	l.rn.renewing = false
+	fails := l.rn.fails
 	l.mu.Unlock()
 	switch {
 	case err == nil && res == scripts.Done:
@@ -435,9 +435,9 @@ func (s *scheduler) renewResult(r renewal, c scriptCall) {
 	// success or the loss says how many failed.
 	l.cls.Renewed(metrics.ReasonRedisError)
 	l.mu.Lock()
-	l.renewFails++
-	fails = l.renewFails
-	l.nextRenew = monoNow().Add(min(transientBackoff(fails), l.interval))
+	l.rn.fails++
+	fails = l.rn.fails
+	l.rn.next = monoNow().Add(min(transientBackoff(fails), l.rn.interval))
 	l.mu.Unlock()
 	if fails == 1 {
 		s.m.log.Warn("lock renewal failed; retrying until it succeeds or the lock's validity runs out",
