@@ -21,7 +21,7 @@ func TestRunEmbedded(t *testing.T) {
 	if err := run(ctx, []string{"-workers", "3", "-rounds", "4"}, &out); err != nil {
 		t.Fatalf("run: %v\n%s", err, out.String())
 	}
-	for _, want := range []string{"embedded miniredis", "took \"demo:invoice-run\" 12 times; fences ", ", all distinct", "lock lost", "done"} {
+	for _, want := range []string{"embedded miniredis", "took \"demo:invoice-run\" 12 times; fences ", ", all distinct", "lock lost", "two readers shared", "a writer meanwhile: shardlock: lock not acquired", "done"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}
