@@ -507,3 +507,43 @@ func TestRealRWForceReleaseLeavesIt(t *testing.T) {
 		}
 	})
 }
+
+// Under WithReplicaAck a read-write lock's acquire is acknowledged as an
+// exclusive lock's is: on the cluster (one replica per master) readers and
+// writers see their replica; on the standalone server (none) ReplicaFail
+// refuses the lock and gives the share back.
+func TestRealRWReplicaAck(t *testing.T) {
+	ctx := ctxT(t)
+	m := newManager(t, testenv.Cluster(t), manager.WithReplicaAck(1, time.Second, manager.ReplicaFail), manager.WithFencing(true))
+	res := testenv.Unique("rwack")
+	r, err := m.TryAcquireRead(ctx, res)
+	if err != nil || r.Replicas() != 1 {
+		t.Fatalf("reader: %v, replicas %d", err, r.Replicas())
+	}
+	if err := r.Extend(ctx, 5*time.Second); err != nil || r.Replicas() != 1 {
+		t.Fatalf("reader Extend = %v, replicas %d", err, r.Replicas())
+	}
+	_ = r.Release(ctx)
+	w, err := m.AcquireWrite(ctx, res)
+	if err != nil || w.Replicas() != 1 || w.Fence() == 0 {
+		t.Fatalf("writer: %v, %+v", err, w)
+	}
+	_ = w.Release(ctx)
+
+	sc := testenv.Standalone(t)
+	strict := newManager(t, sc, manager.WithReplicaAck(1, 50*time.Millisecond, manager.ReplicaFail))
+	res = testenv.Unique("rwack")
+	_, err = strict.TryAcquireRead(ctx, res)
+	if !errors.Is(err, manager.ErrReplicaAck) {
+		t.Fatalf("reader without replicas = %v", err)
+	}
+	other := newManager(t, sc)
+	eventually(t, 5*time.Second, "the unacknowledged share given back", func() bool {
+		w, err := other.TryAcquireWrite(ctx, res)
+		if err != nil {
+			return false
+		}
+		_ = w.Release(ctx)
+		return true
+	})
+}
