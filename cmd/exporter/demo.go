@@ -22,6 +22,7 @@ type demoWorkload struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	m      *manager.Manager
+	addr   string // the embedded Redis's
 }
 
 func startDemo(ctx context.Context, client redis.UniversalClient, reg prometheus.Registerer, mr *miniredis.Miniredis) (*demoWorkload, error) {
@@ -42,7 +43,7 @@ func startDemo(ctx context.Context, client redis.UniversalClient, reg prometheus
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	d := &demoWorkload{cancel: cancel, m: m}
+	d := &demoWorkload{cancel: cancel, m: m, addr: mr.Addr()}
 	for range 4 {
 		d.wg.Go(func() {
 			for ctx.Err() == nil {

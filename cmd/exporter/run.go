@@ -109,31 +109,11 @@ func run(ctx context.Context, args []string, out io.Writer, ready chan<- string)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	var client redis.UniversalClient
-	var demo *demoWorkload
-	demoAddr := ""
-	if o.Addr == "" {
-		mr, err := miniredis.Run()
-		if err != nil {
-			return err
-		}
-		defer mr.Close()
-		demoAddr = mr.Addr()
-		client = redis.NewClient(&redis.Options{Addr: demoAddr})
-		demo, err = startDemo(ctx, client, reg, mr)
-		if err != nil {
-			_ = client.Close()
-			return err
-		}
-		// Demo scans and probes often, so the page changes while you look.
-		o.scanInterval, o.probeInterval, o.overdue = 2*time.Second, 2*time.Second, 5*time.Second
-	} else {
-		client, err = o.client()
-		if err != nil {
-			return err
-		}
+	client, demo, closeRedis, err := openRedis(ctx, o, reg)
+	if err != nil {
+		return err
 	}
-	defer client.Close()
+	defer closeRedis()
 
 	exp, err := exporter.New(client, exporter.Config{
 		Prefix: o.Prefix, ScanInterval: o.scanInterval, ScanTimeout: o.scanTimeout, ScanCount: o.scanCount,
@@ -144,26 +124,16 @@ func run(ctx context.Context, args []string, out io.Writer, ready chan<- string)
 		return err
 	}
 	reg.MustRegister(exp)
-
-	mux := http.NewServeMux()
-	mux.Handle(o.telemetryPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
-	landing, err := web.NewLandingPage(web.LandingConfig{
-		Name: "shardlock exporter", Description: "Lock keys, leaks and lock-service health of a Redis deployment",
-		Links: []web.LandingLinks{{Address: o.telemetryPath, Text: "Metrics"}, {Address: "/healthz", Text: "Health"}},
-	})
+	mux, err := handler(reg, o.telemetryPath)
 	if err != nil {
 		return err
 	}
-	mux.Handle("/", landing)
-
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
 		return err
 	}
 	addr := ln.Addr().String()
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	slogger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	webFlags := &web.FlagConfig{WebListenAddresses: &[]string{o.listen}, WebSystemdSocket: new(bool), WebConfigFile: &o.webConfig}
 
 	runCtx, cancel := context.WithCancel(ctx)
@@ -171,24 +141,77 @@ func run(ctx context.Context, args []string, out io.Writer, ready chan<- string)
 	expDone := make(chan error, 1)
 	go func() { expDone <- exp.Run(runCtx) }()
 	srvDone := make(chan error, 1)
-	go func() { srvDone <- web.Serve(ln, srv, webFlags, slogger) }()
+	go func() { srvDone <- web.Serve(ln, srv, webFlags, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
 
 	if demo != nil {
 		fmt.Fprintf(out, "demo: an embedded Redis with a contended lock, a slow holder and one leaked key (no TTL)\n")
-		fmt.Fprintf(out, "demo: its locks, from another shell: go run ./cmd/shardlock -redis.addr %s list\n", demoAddr)
+		fmt.Fprintf(out, "demo: its locks, from another shell: go run ./cmd/shardlock -redis.addr %s list\n", demo.addr)
 	}
 	fmt.Fprintf(out, "serving http://%s%s (landing page http://%s/)\n", addr, o.telemetryPath, addr)
 	if ready != nil {
 		ready <- addr
 	}
+	return waitServing(ctx, cancel, srv, srvDone, expDone)
+}
 
+// openRedis returns the client to scan: the flags' Redis, or, without an
+// address, an embedded miniredis with a demo workload on it (its scans and
+// probes made frequent, so the page changes while you look). closeRedis
+// stops the demo and closes what it opened.
+func openRedis(ctx context.Context, o *options, reg *prometheus.Registry) (client redis.UniversalClient, demo *demoWorkload, closeRedis func(), err error) {
+	if o.Addr != "" {
+		client, err = o.client()
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return client, nil, func() { _ = client.Close() }, nil
+	}
+	mr, err := miniredis.Run()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	client = redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	demo, err = startDemo(ctx, client, reg, mr)
+	if err != nil {
+		_ = client.Close()
+		mr.Close()
+		return nil, nil, nil, err
+	}
+	o.scanInterval, o.probeInterval, o.overdue = 2*time.Second, 2*time.Second, 5*time.Second
+	return client, demo, func() {
+		demo.stop()
+		_ = client.Close()
+		mr.Close()
+	}, nil
+}
+
+// handler serves the metrics at telemetryPath, /healthz and a landing page.
+func handler(reg *prometheus.Registry, telemetryPath string) (http.Handler, error) {
+	mux := http.NewServeMux()
+	mux.Handle(telemetryPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	landing, err := web.NewLandingPage(web.LandingConfig{
+		Name: "shardlock exporter", Description: "Lock keys, leaks and lock-service health of a Redis deployment",
+		Links: []web.LandingLinks{{Address: telemetryPath, Text: "Metrics"}, {Address: "/healthz", Text: "Health"}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	mux.Handle("/", landing)
+	return mux, nil
+}
+
+// waitServing waits until ctx ends, the server fails or the exporter stops
+// (it cannot scan or probe: stop serving, say why), then stops both (cancel
+// stops the exporter) and returns the first error.
+func waitServing(ctx context.Context, cancel context.CancelFunc, srv *http.Server, srvDone, expDone <-chan error) error {
 	var serveErr error
 	expEnded := false
 	select {
 	case <-ctx.Done():
 	case serveErr = <-srvDone:
 	case serveErr = <-expDone:
-		expEnded = true // it cannot scan or probe: stop serving, say why
+		expEnded = true
 	}
 	cancel()
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -206,9 +229,6 @@ func run(ctx context.Context, args []string, out io.Writer, ready chan<- string)
 		if err := <-expDone; err != nil && serveErr == nil {
 			serveErr = err
 		}
-	}
-	if demo != nil {
-		demo.stop()
 	}
 	return serveErr
 }
