@@ -88,25 +88,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	// Every argument is checked before anything is sent.
-	switch cmd {
-	case "list":
-		if sub.NArg() != 0 {
-			fmt.Fprintln(stderr, "shardlock list: takes no resource")
-			return exitUsage
+	if !checkArgs(cmd, sub.NArg(), *force, *reason, stderr) {
+		if cmd != "list" && cmd != "show" && cmd != "release" {
+			fs.Usage()
 		}
-	case "show":
-		if sub.NArg() != 1 {
-			fmt.Fprintln(stderr, "shardlock show: want one RESOURCE")
-			return exitUsage
-		}
-	case "release":
-		if sub.NArg() != 1 || !*force || *reason == "" {
-			fmt.Fprintln(stderr, "shardlock release: want -force -reason TEXT RESOURCE")
-			return exitUsage
-		}
-	default:
-		fmt.Fprintf(stderr, "shardlock: unknown command %q\n", cmd)
-		fs.Usage()
 		return exitUsage
 	}
 	client, err := rf.Client()
@@ -130,6 +115,33 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return show(ctx, m, sub.Arg(0), *output, stdout, stderr)
 	}
 	return release(ctx, m, sub.Arg(0), *reason, stdout, stderr)
+}
+
+// checkArgs reports whether command cmd has what it needs: nargs
+// resources, and for release -force and a reason; it says what is wrong on
+// stderr.
+func checkArgs(cmd string, nargs int, force bool, reason string, stderr io.Writer) bool {
+	switch cmd {
+	case "list":
+		if nargs != 0 {
+			fmt.Fprintln(stderr, "shardlock list: takes no resource")
+			return false
+		}
+	case "show":
+		if nargs != 1 {
+			fmt.Fprintln(stderr, "shardlock show: want one RESOURCE")
+			return false
+		}
+	case "release":
+		if nargs != 1 || !force || reason == "" {
+			fmt.Fprintln(stderr, "shardlock release: want -force -reason TEXT RESOURCE")
+			return false
+		}
+	default:
+		fmt.Fprintf(stderr, "shardlock: unknown command %q\n", cmd)
+		return false
+	}
+	return true
 }
 
 // lockJSON is a lock as -o json prints it.

@@ -232,6 +232,13 @@ func (e *Exporter) Scan(ctx context.Context) *ScanResult {
 	return res
 }
 
+// kv is a key's reads in examine's pipeline.
+type kv struct {
+	key  string
+	get  *redis.StringCmd
+	pttl *redis.DurationCmd
+}
+
 // examine reads the value and PTTL of keys in one pipeline, and the fields
 // of the read-write locks among them (hashes) in a second one.
 func (e *Exporter) examine(ctx context.Context, c *redis.Client, keys []string, res *ScanResult, mu *sync.Mutex,
@@ -240,11 +247,6 @@ func (e *Exporter) examine(ctx context.Context, c *redis.Client, keys []string, 
 		return nil
 	}
 	pipe := c.Pipeline()
-	type kv struct {
-		key  string
-		get  *redis.StringCmd
-		pttl *redis.DurationCmd
-	}
 	batch := make([]kv, 0, len(keys))
 	for _, k := range keys {
 		if sharding.IsHelperKey(k) {
@@ -290,10 +292,18 @@ func (e *Exporter) examine(ctx context.Context, c *redis.Client, keys []string, 
 		}
 	}
 	mu.Unlock()
+	return e.examineHashes(ctx, c, hashes, res, mu, classes, now)
+}
+
+// examineHashes reads, in one pipeline, the keys that are not strings:
+// each read-write lock among them that someone holds counts as a lock key
+// of its class, as old as its oldest live holder; the others are skipped.
+func (e *Exporter) examineHashes(ctx context.Context, c *redis.Client, hashes []kv, res *ScanResult, mu *sync.Mutex,
+	classes *classBounder, now time.Time) error {
 	if len(hashes) == 0 {
 		return nil
 	}
-	pipe = c.Pipeline()
+	pipe := c.Pipeline()
 	fields := make([]*redis.MapStringStringCmd, len(hashes))
 	for i, h := range hashes {
 		fields[i] = pipe.HGetAll(ctx, h.key)
