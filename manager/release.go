@@ -14,14 +14,16 @@ import (
 
 // How a release works.
 //
-// Lock.Release runs release.lua (release_batch.lua for a batch lock): a
-// compare-and-delete that, when waiters are queued (the key carries the
-// queued mark), hands the key to the first live one instead, or to this
-// process's next local waiter (fair.go). Transient errors are retried while
-// the lock is valid; a release that could not be confirmed goes on in the
-// background (the reaper) until the lock's TTL would end. Close and
-// MultiLock release many locks at once with releaseLocks: one pipeline per
-// node, the same scripts, the same results (releaseResult).
+// Lock.Release runs release.lua (release_batch.lua for a batch lock,
+// rw_release.lua for a read-write lock): a compare-and-delete that, when
+// waiters are queued (the key carries the queued mark), hands the key to
+// the first live one instead, or to this process's next local waiter
+// (fair.go). Transient errors are retried while the lock is valid; a
+// release that could not be confirmed goes on in the background (the
+// reaper) until the lock's TTL would end. Close and MultiLock release many
+// locks at once with releaseLocks, one pipeline per node. Both build each
+// lock's call with releaseCall and read its reply with releaseOutcome: one
+// release path, sent one call at a time or many in a pipeline.
 
 // releaseAll releases what Close found held: locks and orphaned tokens.
 func (m *Manager) releaseAll(ctx context.Context, locks []*Lock, orphans []orphan) error {
@@ -102,15 +104,10 @@ type releaseItem struct {
 
 // call is the script call that releases it.
 func (it *releaseItem) call() scriptCall {
-	switch l := it.lock; {
-	case l == nil:
+	if it.lock == nil {
 		return it.orphan.releaseCall()
-	case l.multi != nil:
-		return scriptCall{script: scripts.ReleaseBatch, keys: l.multi.keys, args: l.args[:]}
-	default:
-		release, _, _ := l.rw.scripts()
-		return scriptCall{script: release, keys: l.keys[:], args: l.args[:]}
 	}
+	return it.lock.releaseCall(handover{})
 }
 
 // settle records on it's lock the outcome of its release, cmd, sent at
@@ -120,18 +117,9 @@ func (it *releaseItem) settle(cmd *redis.Cmd, sentAt time.Time) {
 	if l == nil {
 		return
 	}
-	var result error
-	switch err := cmd.Err(); {
-	case err != nil:
+	result, _, _, err := l.releaseOutcome(cmd, it.ambiguous, sentAt, l.validUntilNow())
+	if err != nil {
 		result = fmt.Errorf("shardlock: release: %w", err)
-	case l.multi != nil:
-		res, err := cmd.Int64Slice()
-		if result = err; err == nil {
-			result = l.batchReleaseResult(res, it.ambiguous, sentAt, l.validUntilNow())
-		}
-	default:
-		r, _, err := parseRelease(cmd.Result())
-		result = releaseResult(r, err, it.ambiguous, sentAt, l.validUntilNow())
 	}
 	l.finishRelease(result)
 }
@@ -305,37 +293,22 @@ type releaseTry struct {
 // once makes one try of the release.
 func (r *releaseTry) once(ctx context.Context) error {
 	l, m := r.l, r.l.m
-	if l.multi != nil {
-		res, err := l.releaseBatchOnce(ctx, r.ambiguous, r.validUntil)
-		if err != nil {
-			r.ambiguous = r.ambiguous || isAmbiguous(err)
-			return err
-		}
-		r.result = res
-		return nil
-	}
-	if l.rw != rwNone {
-		return r.onceRW(ctx)
-	}
 	var sentAt time.Time // read only when needed
-	if !r.handed {
+	switch {
+	case l.multi != nil || l.rw != rwNone:
+		// A batch or read-write lock hands nothing to this process's next
+		// waiter directly (see rwlock.go).
+		sentAt = time.Now()
+	case !r.handed:
 		// This process's next waiter for the key, if any, is queued (or
 		// handed the lock) by this release.
 		r.h, r.handed = m.queues.nextForRelease(l), true
 		sentAt = r.h.sentAt
-	} else if r.ambiguous || r.h.w != nil {
+	case r.ambiguous || r.h.w != nil:
 		sentAt = time.Now()
 	}
-	var (
-		res any
-		err error
-	)
-	if r.h.w == nil {
-		res, err = m.runScript(ctx, m.cmd, scripts.Release, l.keys[:], l.args[:]...).Result()
-	} else {
-		res, err = m.runScript(ctx, m.cmd, scripts.Release, l.keys[:], l.token, r.h.entry, luaFlag(r.h.local)).Result()
-	}
-	code, fence, err := parseRelease(res, err)
+	c := l.releaseCall(r.h)
+	result, code, fence, err := l.releaseOutcome(m.runScript(ctx, m.cmd, c.script, c.keys, c.args...), r.ambiguous, sentAt, r.validUntil)
 	if err != nil {
 		r.ambiguous = r.ambiguous || isAmbiguous(err)
 		return err
@@ -345,37 +318,42 @@ func (r *releaseTry) once(ctx context.Context) error {
 	}
 	m.afterRelease(l, r.h, code, fence, sentAt, r.ambiguous)
 	r.h = handover{} // settled
-	r.result = releaseResult(code, nil, r.ambiguous, sentAt, r.validUntil)
+	r.result = result
 	return nil
 }
 
-// onceRW makes one try of a read-write lock's release: it hands nothing
-// to this process's next waiter directly (see rwlock.go).
-func (r *releaseTry) onceRW(ctx context.Context) error {
-	l, m := r.l, r.l.m
-	sentAt := time.Now()
-	code, _, err := parseRelease(m.runScript(ctx, m.cmd, scripts.RWRelease, l.keys[:], l.args[:]...).Result())
-	if err != nil {
-		r.ambiguous = r.ambiguous || isAmbiguous(err)
-		return err
+// releaseCall is the script call that releases l: release.lua (carrying
+// h's entry when this process's next waiter is to be queued or handed the
+// lock), release_batch.lua for a batch, rw_release.lua for a read-write
+// lock. Lock.Release and releaseLocks both release through it.
+func (l *Lock) releaseCall(h handover) scriptCall {
+	switch {
+	case l.multi != nil:
+		return scriptCall{script: scripts.ReleaseBatch, keys: l.multi.keys, args: l.args[:]}
+	case h.w != nil:
+		return scriptCall{script: scripts.Release, keys: l.keys[:], args: []any{l.token, h.entry, luaFlag(h.local)}}
 	}
-	if code == scripts.HandedOver {
-		m.queues.sawContended(l.key)
-	}
-	r.result = releaseResult(code, nil, r.ambiguous, sentAt, r.validUntil)
-	return nil
+	release, _, _ := l.rw.scripts()
+	return scriptCall{script: release, keys: l.keys[:], args: l.args[:]}
 }
 
-// releaseBatchOnce runs the batch release script: nil when every key was
-// released, else a *BatchReleaseError. ambiguous and validUntil work as in
-// releaseResult.
-func (l *Lock) releaseBatchOnce(ctx context.Context, ambiguous bool, validUntil time.Time) (result, redisErr error) {
-	sentAt := time.Now()
-	res, err := l.m.runScript(ctx, l.m.cmd, scripts.ReleaseBatch, l.multi.keys, l.args[:]...).Int64Slice()
-	if err != nil {
-		return nil, err
+// releaseOutcome reads the reply of l's release call, cmd (sent at sentAt;
+// ambiguous: an earlier try's reply was lost), as the release's result; it
+// also returns release.lua's code and a hand-over's fence (0 for a batch),
+// or the Redis error, for the caller to retry or report.
+func (l *Lock) releaseOutcome(cmd *redis.Cmd, ambiguous bool, sentAt, validUntil time.Time) (result error, code int64, fence uint64, err error) {
+	if l.multi != nil {
+		res, err := cmd.Int64Slice()
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		return l.batchReleaseResult(res, ambiguous, sentAt, validUntil), 0, 0, nil
 	}
-	return l.batchReleaseResult(res, ambiguous, sentAt, validUntil), nil
+	code, fence, err = parseRelease(cmd.Result())
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	return releaseResult(code, nil, ambiguous, sentAt, validUntil), code, fence, nil
 }
 
 // batchReleaseResult turns release_batch.lua's reply (sent at sentAt) into
