@@ -679,3 +679,19 @@ func minTime(a, b time.Time) time.Time {
 	}
 	return b
 }
+
+// className is the metrics class of resource's locks, as acquires name it
+// without WithClass.
+func (m *Manager) className(resource string) (class string) {
+	defer func() {
+		if recover() != nil {
+			class = metrics.ClassDefault // a class function that panics names nothing
+		}
+	}()
+	if m.cfg.classFunc != nil {
+		if c := m.cfg.classFunc(resource); c != "" {
+			return c
+		}
+	}
+	return metrics.ClassDefault
+}

@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/shardlock/shardlock/internal/scripts"
 	"github.com/shardlock/shardlock/sharding"
 )
@@ -268,21 +267,4 @@ func (l *Lock) Fences() []uint64 {
 		return append([]uint64(nil), l.multi.fences...)
 	}
 	return []uint64{l.fence}
-}
-
-// extendScript is the script that extends l: extend.lua, or its batch form.
-func (l *Lock) extendScript() *redis.Script {
-	if l.multi != nil {
-		return scripts.ExtendBatch
-	}
-	_, extend, _ := l.rw.scripts()
-	return extend
-}
-
-// scriptKeys are the keys l's scripts take: its key, or a batch's keys.
-func (l *Lock) scriptKeys() []string {
-	if l.multi != nil {
-		return l.multi.keys
-	}
-	return l.keys[:]
 }

@@ -13,7 +13,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shardlock/shardlock/internal/keyscan"
-	"github.com/shardlock/shardlock/metrics"
 	"github.com/shardlock/shardlock/sharding"
 )
 
@@ -282,20 +281,4 @@ func (m *Manager) readLocks(ctx context.Context, node *redis.Client, keys []stri
 		out = append(out, r.info)
 	}
 	return out, nil
-}
-
-// className is the metrics class of resource's locks, as acquires name it
-// without WithClass.
-func (m *Manager) className(resource string) (class string) {
-	defer func() {
-		if recover() != nil {
-			class = metrics.ClassDefault // a class function that panics names nothing
-		}
-	}()
-	if m.cfg.classFunc != nil {
-		if c := m.cfg.classFunc(resource); c != "" {
-			return c
-		}
-	}
-	return metrics.ClassDefault
 }

@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/shardlock/shardlock/internal/scripts"
 	"github.com/shardlock/shardlock/metrics"
+	"github.com/shardlock/shardlock/sharding"
 )
 
 const (
@@ -574,4 +577,66 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 		return 0, ErrNotHeld
 	}
 	return time.Duration(res[1]) * time.Millisecond, nil
+}
+
+// extendScript is the script that extends l: extend.lua, or its batch form.
+func (l *Lock) extendScript() *redis.Script {
+	if l.multi != nil {
+		return scripts.ExtendBatch
+	}
+	_, extend, _ := l.rw.scripts()
+	return extend
+}
+
+// scriptKeys are the keys l's scripts take: its key, or a batch's keys.
+func (l *Lock) scriptKeys() []string {
+	if l.multi != nil {
+		return l.multi.keys
+	}
+	return l.keys[:]
+}
+
+// forcedError reads the record a forced release left beside key for
+// token, to say who forced it and why (best effort: bounded, and plain
+// ErrForceReleased when the record cannot be read).
+func (m *Manager) forcedError(key, token string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	rec, err := m.client.Get(ctx, sharding.ForcedKey(key)).Result()
+	if err != nil {
+		return &ForcedReleaseError{}
+	}
+	rest, ok := strings.CutPrefix(rec, token+"=")
+	if !ok {
+		return &ForcedReleaseError{}
+	}
+	by, why, _ := strings.Cut(rest, "|")
+	return &ForcedReleaseError{By: by, Reason: why}
+}
+
+// rwMode says whether an acquire or a lock is a read-write lock's, and
+// which side of it.
+type rwMode uint8
+
+const (
+	rwNone  rwMode = iota // an exclusive lock
+	rwRead                // a reader of a read-write lock
+	rwWrite               // the writer of a read-write lock
+)
+
+// arg is the mode as rw_acquire.lua takes it.
+func (mo rwMode) arg() string {
+	if mo == rwRead {
+		return "r"
+	}
+	return "w"
+}
+
+// scripts returns the scripts that act on a held lock of mode mo: its
+// release, extend and TTL read.
+func (mo rwMode) scripts() (release, extend, pttl *redis.Script) {
+	if mo == rwNone {
+		return scripts.Release, scripts.Extend, scripts.PTTL
+	}
+	return scripts.RWRelease, scripts.RWExtend, scripts.RWPTTL
 }

@@ -5,11 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/shardlock/shardlock/internal/scripts"
-	"github.com/shardlock/shardlock/sharding"
 	"go.uber.org/zap"
 )
 
@@ -198,22 +196,4 @@ func (m *Manager) ForceRelease(ctx context.Context, resource, reason string) err
 		zap.String("by", m.cfg.owner), zap.String("reason", reason), zap.String("evicted_owner", info.Owner),
 		zap.Bool("handed_over", code == scripts.HandedOver))
 	return nil
-}
-
-// forcedError reads the record a forced release left beside key for
-// token, to say who forced it and why (best effort: bounded, and plain
-// ErrForceReleased when the record cannot be read).
-func (m *Manager) forcedError(key, token string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	rec, err := m.client.Get(ctx, sharding.ForcedKey(key)).Result()
-	if err != nil {
-		return &ForcedReleaseError{}
-	}
-	rest, ok := strings.CutPrefix(rec, token+"=")
-	if !ok {
-		return &ForcedReleaseError{}
-	}
-	by, why, _ := strings.Cut(rest, "|")
-	return &ForcedReleaseError{By: by, Reason: why}
 }

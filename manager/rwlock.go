@@ -3,8 +3,6 @@ package manager
 import (
 	"context"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/shardlock/shardlock/internal/scripts"
 )
 
@@ -31,24 +29,6 @@ import (
 // (WithFencing); readers take none and their Fence is 0. Inspect and List
 // report a read-write lock's readers and writer; Resume and ForceRelease
 // take exclusive locks only (a read-write lock's key is left alone).
-
-// rwMode says whether an acquire or a lock is a read-write lock's, and
-// which side of it.
-type rwMode uint8
-
-const (
-	rwNone  rwMode = iota // an exclusive lock
-	rwRead                // a reader of a read-write lock
-	rwWrite               // the writer of a read-write lock
-)
-
-// arg is the mode as rw_acquire.lua takes it.
-func (mo rwMode) arg() string {
-	if mo == rwRead {
-		return "r"
-	}
-	return "w"
-}
 
 // AcquireRead takes a reader's share of the read-write lock on resource,
 // waiting while a writer holds it or waits for it, as Acquire waits. Its
@@ -123,13 +103,4 @@ func (m *Manager) attemptRW(ctx context.Context, a *attemptArgs) (status int, fe
 		fence = 0
 	}
 	return status, fence, replicas, err
-}
-
-// rwScripts are the scripts that act on a held lock of mode mo: its
-// release, extend and TTL read.
-func (mo rwMode) scripts() (release, extend, pttl *redis.Script) {
-	if mo == rwNone {
-		return scripts.Release, scripts.Extend, scripts.PTTL
-	}
-	return scripts.RWRelease, scripts.RWExtend, scripts.RWPTTL
 }
