@@ -13,6 +13,12 @@ import (
 	"github.com/shardlock/shardlock/sharding"
 )
 
+// One acquire attempt, of every kind of lock: a single lock's (SET NX, the
+// fenced script, or under WithReplicaAck a pipeline with WAIT), a fair
+// waiter's (acquire_queue.lua, in fair.go), a batch's (acquire_batch.lua)
+// and a read-write lock's (rw_acquire.lua). The primitives (batch.go,
+// rwlock.go, ...) build on these; nothing here calls up into them.
+
 // attemptResult is what one acquire attempt learned.
 type attemptResult struct {
 	status   int // attemptContended, attemptFresh or attemptReplay
@@ -238,4 +244,124 @@ func parseFenced(res []any, err error) (int, uint64, error) {
 	st, _ := res[0].(int64)
 	f, _ := res[1].(int64)
 	return int(st), uint64(f), nil
+}
+
+// attemptRW makes one attempt at a read-write lock: a fair waiter's (its
+// entry queued, or re-checked), or a plain one. A waiting writer that does
+// not queue (it polls) holds new readers back until about its next poll.
+//
+// Under WithReplicaAck the script and a WAIT go in one pipeline to the
+// owning master, as an exclusive lock's attempt does (attemptWait).
+func (m *Manager) attemptRW(ctx context.Context, a *attemptArgs) (status int, fence uint64, replicas int, err error) {
+	entry, recheck, hold := "", false, "0"
+	if w := a.fw; w != nil {
+		var skip bool
+		entry, recheck, skip = m.queues.markQueued(w, a.sendAt)
+		if skip {
+			return attemptContended, 0, 0, nil
+		}
+	} else if a.tg.rw == rwWrite && a.hold > 0 {
+		hold = formatMs(a.hold)
+	}
+	keys := []string{a.tg.key}
+	args := []any{a.token, a.ac.ttlMs, a.tg.rw.arg(), luaFlag(a.ac.fencing), entry, luaFlag(recheck), hold}
+	var res []any
+	if m.cfg.replicas > 0 {
+		node, err := m.topo.masterFor(ctx, a.tg.key)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		pipe := node.Pipeline()
+		cmd := scripts.RWAcquire.Eval(ctx, pipe, keys, args...)
+		waitc := pipe.Do(ctx, "wait", m.cfg.replicas, m.cfg.replicaTimeout.Milliseconds())
+		_, _ = pipe.Exec(ctx)
+		res, err = cmd.Slice()
+		status, fence, err = parseFenced(res, err)
+		if err == nil && status != attemptContended {
+			replicas = m.replicaCount(waitc, "acquire")
+		}
+	} else {
+		res, err = scripts.RWAcquire.Run(ctx, m.cmd, keys, args...).Slice()
+		status, fence, err = parseFenced(res, err)
+	}
+	if a.fw != nil {
+		m.queues.afterQueuedAttempt(a.fw, entry, recheck, status, fence, err)
+	}
+	if status == attemptContended {
+		fence = 0
+	}
+	return status, fence, replicas, err
+}
+
+// attemptBatch makes one batch acquire round trip; a waiter (mark) marks
+// the keys others hold, so that their release announces them free.
+func (m *Manager) attemptBatch(ctx context.Context, b *batchInfo, token string, ac *acquireConfig, first, mark bool) (status int, fences []uint64, held []int, replicas int, err error) {
+	keys, fencing := batchScriptKeys(b, ac.fencing)
+	// A first attempt tries the keys as free before it reads them (the
+	// cheapest script when the batch is free); a poll of a batch seen busy
+	// reads first.
+	try, marks := luaFlag(first), luaFlag(mark)
+	var res []any
+	if m.cfg.replicas > 0 {
+		// The write and WAIT share one connection to the owning master.
+		node, err := m.topo.masterFor(ctx, b.keys[0])
+		if err != nil {
+			return 0, nil, nil, 0, err
+		}
+		pipe := node.Pipeline()
+		acq := scripts.AcquireBatch.Eval(ctx, pipe, keys, token, ac.ttlMs, fencing, try, marks)
+		waitc := pipe.Do(ctx, "wait", m.cfg.replicas, m.cfg.replicaTimeout.Milliseconds())
+		_, _ = pipe.Exec(ctx)
+		if res, err = acq.Slice(); err != nil {
+			return 0, nil, nil, 0, err
+		}
+		if len(res) > 0 && res[0] != scripts.AcquireHeld {
+			replicas = m.replicaCount(waitc, "acquire")
+		}
+	} else if res, err = scripts.AcquireBatch.Run(ctx, m.cmd, keys, token, ac.ttlMs, fencing, try, marks).Slice(); err != nil {
+		return 0, nil, nil, 0, err
+	}
+	status, fences, held, err = parseBatchReply(res, ac.fencing)
+	return status, fences, held, replicas, err
+}
+
+// batchScriptKeys returns the keys and the fencing argument of
+// acquire_batch.lua for b.
+func batchScriptKeys(b *batchInfo, fencing bool) ([]string, string) {
+	if !fencing {
+		return b.keys, luaFlag(false)
+	}
+	keys := make([]string, 0, 2*len(b.keys))
+	keys = append(keys, b.keys...)
+	for _, k := range b.keys {
+		keys = append(keys, sharding.FenceKey(k))
+	}
+	return keys, luaFlag(true)
+}
+
+// parseBatchReply reads acquire_batch.lua's reply.
+func parseBatchReply(res []any, fencing bool) (status int, fences []uint64, held []int, err error) {
+	if len(res) == 0 {
+		return 0, nil, nil, fmt.Errorf("shardlock: unexpected batch acquire reply %v", res)
+	}
+	st, _ := res[0].(int64)
+	ints := make([]int64, 0, len(res)-1)
+	for _, v := range res[1:] {
+		n, _ := v.(int64)
+		ints = append(ints, n)
+	}
+	if st == scripts.AcquireHeld {
+		held = make([]int, len(ints))
+		for i, n := range ints {
+			held[i] = int(n)
+		}
+		return attemptContended, nil, held, nil
+	}
+	if fencing {
+		fences = make([]uint64, len(ints))
+		for i, n := range ints {
+			fences[i] = uint64(n)
+		}
+	}
+	return int(st), fences, nil, nil
 }

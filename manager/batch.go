@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/shardlock/shardlock/internal/scripts"
 	"github.com/shardlock/shardlock/sharding"
 )
 
@@ -83,16 +82,6 @@ type batchInfo struct {
 	fences    []uint64
 }
 
-func (b *batchInfo) heldError(idx []int) error {
-	held := make([]string, 0, len(idx))
-	for _, i := range idx {
-		if i >= 1 && i <= len(b.resources) {
-			held = append(held, b.resources[i-1])
-		}
-	}
-	return &BatchHeldError{Held: held}
-}
-
 // TryAcquireBatch makes one attempt to lock every resource, all or none, in
 // one script. The resources must share a cluster slot (build them with
 // sharding.Group); the lock releases, extends and renews them together, and
@@ -163,79 +152,6 @@ func (m *Manager) setKeys(arg string, resources []string) ([]string, error) {
 		keys[i] = key
 	}
 	return keys, nil
-}
-
-// batchScriptKeys returns the keys and the fencing argument of
-// acquire_batch.lua for b.
-func batchScriptKeys(b *batchInfo, fencing bool) ([]string, string) {
-	if !fencing {
-		return b.keys, luaFlag(false)
-	}
-	keys := make([]string, 0, 2*len(b.keys))
-	keys = append(keys, b.keys...)
-	for _, k := range b.keys {
-		keys = append(keys, sharding.FenceKey(k))
-	}
-	return keys, luaFlag(true)
-}
-
-// attemptBatch makes one batch acquire round trip; a waiter (mark) marks
-// the keys others hold, so that their release announces them free.
-func (m *Manager) attemptBatch(ctx context.Context, b *batchInfo, token string, ac *acquireConfig, first, mark bool) (status int, fences []uint64, held []int, replicas int, err error) {
-	keys, fencing := batchScriptKeys(b, ac.fencing)
-	// A first attempt tries the keys as free before it reads them (the
-	// cheapest script when the batch is free); a poll of a batch seen busy
-	// reads first.
-	try, marks := luaFlag(first), luaFlag(mark)
-	var res []any
-	if m.cfg.replicas > 0 {
-		// The write and WAIT share one connection to the owning master.
-		node, err := m.topo.masterFor(ctx, b.keys[0])
-		if err != nil {
-			return 0, nil, nil, 0, err
-		}
-		pipe := node.Pipeline()
-		acq := scripts.AcquireBatch.Eval(ctx, pipe, keys, token, ac.ttlMs, fencing, try, marks)
-		waitc := pipe.Do(ctx, "wait", m.cfg.replicas, m.cfg.replicaTimeout.Milliseconds())
-		_, _ = pipe.Exec(ctx)
-		if res, err = acq.Slice(); err != nil {
-			return 0, nil, nil, 0, err
-		}
-		if len(res) > 0 && res[0] != scripts.AcquireHeld {
-			replicas = m.replicaCount(waitc, "acquire")
-		}
-	} else if res, err = scripts.AcquireBatch.Run(ctx, m.cmd, keys, token, ac.ttlMs, fencing, try, marks).Slice(); err != nil {
-		return 0, nil, nil, 0, err
-	}
-	status, fences, held, err = parseBatchReply(res, ac.fencing)
-	return status, fences, held, replicas, err
-}
-
-// parseBatchReply reads acquire_batch.lua's reply.
-func parseBatchReply(res []any, fencing bool) (status int, fences []uint64, held []int, err error) {
-	if len(res) == 0 {
-		return 0, nil, nil, fmt.Errorf("shardlock: unexpected batch acquire reply %v", res)
-	}
-	st, _ := res[0].(int64)
-	ints := make([]int64, 0, len(res)-1)
-	for _, v := range res[1:] {
-		n, _ := v.(int64)
-		ints = append(ints, n)
-	}
-	if st == scripts.AcquireHeld {
-		held = make([]int, len(ints))
-		for i, n := range ints {
-			held[i] = int(n)
-		}
-		return attemptContended, nil, held, nil
-	}
-	if fencing {
-		fences = make([]uint64, len(ints))
-		for i, n := range ints {
-			fences[i] = uint64(n)
-		}
-	}
-	return int(st), fences, nil, nil
 }
 
 // Resources returns the resources the lock holds: one, or a batch's.

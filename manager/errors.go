@@ -131,3 +131,13 @@ func (e *lostError) Error() string {
 
 // Unwrap returns ErrLockLost and the cause.
 func (e *lostError) Unwrap() []error { return []error{ErrLockLost, e.cause} }
+
+func (b *batchInfo) heldError(idx []int) error {
+	held := make([]string, 0, len(idx))
+	for _, i := range idx {
+		if i >= 1 && i <= len(b.resources) {
+			held = append(held, b.resources[i-1])
+		}
+	}
+	return &BatchHeldError{Held: held}
+}

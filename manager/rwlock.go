@@ -2,8 +2,6 @@ package manager
 
 import (
 	"context"
-
-	"github.com/shardlock/shardlock/internal/scripts"
 )
 
 // Read-write locks.
@@ -56,51 +54,4 @@ func (m *Manager) AcquireWrite(ctx context.Context, resource string, opts ...Acq
 // another writer hold it. Its other errors are TryAcquire's.
 func (m *Manager) TryAcquireWrite(ctx context.Context, resource string, opts ...AcquireOption) (*Lock, error) {
 	return m.acquire(ctx, resource, opts, rwWrite, false)
-}
-
-// attemptRW makes one attempt at a read-write lock: a fair waiter's (its
-// entry queued, or re-checked), or a plain one. A waiting writer that does
-// not queue (it polls) holds new readers back until about its next poll.
-//
-// Under WithReplicaAck the script and a WAIT go in one pipeline to the
-// owning master, as an exclusive lock's attempt does (attemptWait).
-func (m *Manager) attemptRW(ctx context.Context, a *attemptArgs) (status int, fence uint64, replicas int, err error) {
-	entry, recheck, hold := "", false, "0"
-	if w := a.fw; w != nil {
-		var skip bool
-		entry, recheck, skip = m.queues.markQueued(w, a.sendAt)
-		if skip {
-			return attemptContended, 0, 0, nil
-		}
-	} else if a.tg.rw == rwWrite && a.hold > 0 {
-		hold = formatMs(a.hold)
-	}
-	keys := []string{a.tg.key}
-	args := []any{a.token, a.ac.ttlMs, a.tg.rw.arg(), luaFlag(a.ac.fencing), entry, luaFlag(recheck), hold}
-	var res []any
-	if m.cfg.replicas > 0 {
-		node, err := m.topo.masterFor(ctx, a.tg.key)
-		if err != nil {
-			return 0, 0, 0, err
-		}
-		pipe := node.Pipeline()
-		cmd := scripts.RWAcquire.Eval(ctx, pipe, keys, args...)
-		waitc := pipe.Do(ctx, "wait", m.cfg.replicas, m.cfg.replicaTimeout.Milliseconds())
-		_, _ = pipe.Exec(ctx)
-		res, err = cmd.Slice()
-		status, fence, err = parseFenced(res, err)
-		if err == nil && status != attemptContended {
-			replicas = m.replicaCount(waitc, "acquire")
-		}
-	} else {
-		res, err = scripts.RWAcquire.Run(ctx, m.cmd, keys, args...).Slice()
-		status, fence, err = parseFenced(res, err)
-	}
-	if a.fw != nil {
-		m.queues.afterQueuedAttempt(a.fw, entry, recheck, status, fence, err)
-	}
-	if status == attemptContended {
-		fence = 0
-	}
-	return status, fence, replicas, err
 }
