@@ -13,6 +13,20 @@ import (
 	"github.com/shardlock/shardlock/manager"
 )
 
+// benchTargets are the real standalone server and cluster, with clients
+// made as a service makes them (ContextTimeoutEnabled).
+var benchTargets = []struct {
+	name   string
+	client func(b *testing.B) redis.UniversalClient
+}{
+	{"standalone", func(b *testing.B) redis.UniversalClient {
+		return redis.NewClient(&redis.Options{Addr: testenv.StandaloneAddr(b), ContextTimeoutEnabled: true})
+	}},
+	{"cluster", func(b *testing.B) redis.UniversalClient {
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.ClusterAddrs(b), ContextTimeoutEnabled: true})
+	}},
+}
+
 // BenchmarkDefaults measures an uncontended acquire+release the way a
 // service makes it: shardlock with its defaults, every call under its own
 // context.WithTimeout, go-redis clients with ContextTimeoutEnabled, with
@@ -23,18 +37,7 @@ import (
 // the real standalone server and cluster, from 1, 16, 64 and 256
 // goroutines. Each reports ops/s and the p99 of its acquire step.
 func BenchmarkDefaults(b *testing.B) {
-	targets := []struct {
-		name   string
-		client func(b *testing.B) redis.UniversalClient
-	}{
-		{"standalone", func(b *testing.B) redis.UniversalClient {
-			return redis.NewClient(&redis.Options{Addr: testenv.StandaloneAddr(b), ContextTimeoutEnabled: true})
-		}},
-		{"cluster", func(b *testing.B) redis.UniversalClient {
-			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.ClusterAddrs(b), ContextTimeoutEnabled: true})
-		}},
-	}
-	for _, target := range targets {
+	for _, target := range benchTargets {
 		b.Run(target.name, func(b *testing.B) {
 			clients := make([]redis.UniversalClient, 4)
 			for i := range clients {

@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/shardlock/shardlock/internal/benchkit"
 	"github.com/shardlock/shardlock/internal/testenv"
 	"github.com/shardlock/shardlock/manager"
@@ -27,18 +25,7 @@ import (
 // Each reports ops/s (acquire, hold, release) and the p99 of the acquire
 // step.
 func BenchmarkReadWrite(b *testing.B) {
-	targets := []struct {
-		name   string
-		client func(b *testing.B) redis.UniversalClient
-	}{
-		{"standalone", func(b *testing.B) redis.UniversalClient {
-			return redis.NewClient(&redis.Options{Addr: testenv.StandaloneAddr(b), ContextTimeoutEnabled: true})
-		}},
-		{"cluster", func(b *testing.B) redis.UniversalClient {
-			return redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.ClusterAddrs(b), ContextTimeoutEnabled: true})
-		}},
-	}
-	for _, target := range targets {
+	for _, target := range benchTargets {
 		b.Run(target.name, func(b *testing.B) {
 			managers := make([]*manager.Manager, 4)
 			for i := range managers {
