@@ -547,3 +547,25 @@ func TestRealRWReplicaAck(t *testing.T) {
 		return true
 	})
 }
+
+// Resume takes exclusive locks only: a read-write lock's token is refused
+// with the error of a key that holds another value, and the share is left
+// as it is.
+func TestRealRWResumeRefused(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, c redis.UniversalClient) {
+		m := newManager(t, c)
+		other := newManager(t, c)
+		ctx := ctxT(t)
+		res := testenv.Unique("rwresume")
+		r, err := m.TryAcquireRead(ctx, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := other.Resume(ctx, res, r.Token()); !errors.Is(err, manager.ErrNotHeld) {
+			t.Fatalf("Resume of a reader's token = %v", err)
+		}
+		if err := r.Release(ctx); err != nil {
+			t.Fatalf("the reader's release after a refused Resume = %v", err)
+		}
+	})
+}
