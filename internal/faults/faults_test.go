@@ -408,7 +408,7 @@ func TestFaults(t *testing.T) {
 	waitClusterOK(t, addrs, 30*time.Second)
 
 	t.Run("script flush", func(t *testing.T) {
-		res := []string{testenv.Unique("sf-a"), testenv.Unique("sf-b"), testenv.Unique("sf-c")}
+		res := []string{testenv.Unique("sf-a"), testenv.Unique("sf-b"), testenv.Unique("sf-c"), "rw:" + testenv.Unique("sf-rw")}
 		run, cancel := context.WithTimeout(ctx, 3*time.Second)
 		defer cancel()
 		var w workload
@@ -427,6 +427,7 @@ func TestFaults(t *testing.T) {
 		key, _ := sharding.LockKey(sharding.DefaultPrefix, "pf-probe")
 		master, replica := masterOf(t, ctx, admin, sharding.Slot(key))
 		res := resourcesOn(t, ctx, admin, master, testenv.Unique("pf"), 4)
+		res[3] = "rw:" + res[3] // a read-write lock too
 		run, cancel := context.WithTimeout(ctx, 4*time.Second)
 		defer cancel()
 		var w workload
@@ -538,7 +539,7 @@ func TestFaults(t *testing.T) {
 	// every master answers CLUSTERDOWN, the workload's one included.
 	t.Run("cluster down", func(t *testing.T) {
 		tag := testenv.Unique("down")
-		res := []string{"{" + tag + "}:a", "{" + tag + "}:b", "{" + tag + "}:x,{" + tag + "}:y"}
+		res := []string{"{" + tag + "}:a", "{" + tag + "}:b", "{" + tag + "}:x,{" + tag + "}:y", "rw:{" + tag + "}:d"}
 		mine, _ := masterOf(t, ctx, admin, sharding.Slot(tag))
 		pid, _ := pidOf(t, dir, otherMaster(t, ctx, admin, mine))
 		run, cancel := context.WithTimeout(ctx, 8*time.Second)
@@ -584,7 +585,7 @@ func TestFaults(t *testing.T) {
 	// second) answers LOADING meanwhile.
 	t.Run("master loading", func(t *testing.T) {
 		tag := testenv.Unique("load")
-		res := []string{"{" + tag + "}:a", "{" + tag + "}:b", "{" + tag + "}:x,{" + tag + "}:y"}
+		res := []string{"{" + tag + "}:a", "{" + tag + "}:b", "{" + tag + "}:x,{" + tag + "}:y", "rw:{" + tag + "}:d"}
 		slot := sharding.Slot(tag)
 		master, _ := masterOf(t, ctx, admin, slot)
 		n := redis.NewClient(&redis.Options{Addr: master, ReadTimeout: 30 * time.Second})
@@ -643,6 +644,7 @@ func TestFaults(t *testing.T) {
 		pid, port := pidOf(t, dir, master)
 		onMaster := resourcesOn(t, ctx, admin, master, testenv.Unique("kill"), 4)
 		res, load := onMaster[0], onMaster[1:]
+		load[len(load)-1] = "rw:" + load[len(load)-1] // a read-write lock too
 
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 		defer c.Close()
