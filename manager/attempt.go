@@ -204,6 +204,23 @@ func (m *Manager) attemptWait(ctx context.Context, key, token string, ttlMs any,
 	return status, fence, m.replicaCount(waitc, "acquire"), nil
 }
 
+// evalWithWait runs script on the master that serves key, followed by a
+// WAIT for WithReplicaAck's replicas in the same pipeline, so that WAIT
+// counts the replicas that have the script's write. It returns the
+// script's reply and the WAIT, which replicaCount reads once the reply
+// says the script wrote.
+func (m *Manager) evalWithWait(ctx context.Context, key string, script *redis.Script, keys []string, args ...any) (reply, wait *redis.Cmd, err error) {
+	node, err := m.topo.masterFor(ctx, key)
+	if err != nil {
+		return nil, nil, err
+	}
+	pipe := node.Pipeline()
+	reply = script.Eval(ctx, pipe, keys, args...)
+	wait = pipe.Do(ctx, "wait", m.cfg.replicas, m.cfg.replicaTimeout.Milliseconds())
+	_, _ = pipe.Exec(ctx)
+	return reply, wait, nil
+}
+
 // replicaCount reads the WAIT sent after a write that succeeded (an
 // acquire or an extend, named by op). The one rule for a WAIT that fails
 // (an error reply, a connection lost after the write's reply): it counts
@@ -265,24 +282,17 @@ func (m *Manager) attemptRW(ctx context.Context, a *attemptArgs) (status int, fe
 	}
 	keys := []string{a.tg.key}
 	args := []any{a.token, a.ac.ttlMs, a.tg.rw.arg(), luaFlag(a.ac.fencing), entry, luaFlag(recheck), hold}
-	var res []any
 	if m.cfg.replicas > 0 {
-		node, err := m.topo.masterFor(ctx, a.tg.key)
-		if err != nil {
-			return 0, 0, 0, err
+		cmd, waitc, werr := m.evalWithWait(ctx, a.tg.key, scripts.RWAcquire, keys, args...)
+		if werr != nil {
+			return 0, 0, 0, werr
 		}
-		pipe := node.Pipeline()
-		cmd := scripts.RWAcquire.Eval(ctx, pipe, keys, args...)
-		waitc := pipe.Do(ctx, "wait", m.cfg.replicas, m.cfg.replicaTimeout.Milliseconds())
-		_, _ = pipe.Exec(ctx)
-		res, err = cmd.Slice()
-		status, fence, err = parseFenced(res, err)
+		status, fence, err = parseFenced(cmd.Slice())
 		if err == nil && status != attemptContended {
 			replicas = m.replicaCount(waitc, "acquire")
 		}
 	} else {
-		res, err = scripts.RWAcquire.Run(ctx, m.cmd, keys, args...).Slice()
-		status, fence, err = parseFenced(res, err)
+		status, fence, err = parseFenced(scripts.RWAcquire.Run(ctx, m.cmd, keys, args...).Slice())
 	}
 	if a.fw != nil {
 		m.queues.afterQueuedAttempt(a.fw, entry, recheck, status, fence, err)
@@ -303,15 +313,10 @@ func (m *Manager) attemptBatch(ctx context.Context, b *batchInfo, token string, 
 	try, marks := luaFlag(first), luaFlag(mark)
 	var res []any
 	if m.cfg.replicas > 0 {
-		// The write and WAIT share one connection to the owning master.
-		node, err := m.topo.masterFor(ctx, b.keys[0])
+		acq, waitc, err := m.evalWithWait(ctx, b.keys[0], scripts.AcquireBatch, keys, token, ac.ttlMs, fencing, try, marks)
 		if err != nil {
 			return 0, nil, nil, 0, err
 		}
-		pipe := node.Pipeline()
-		acq := scripts.AcquireBatch.Eval(ctx, pipe, keys, token, ac.ttlMs, fencing, try, marks)
-		waitc := pipe.Do(ctx, "wait", m.cfg.replicas, m.cfg.replicaTimeout.Milliseconds())
-		_, _ = pipe.Exec(ctx)
 		if res, err = acq.Slice(); err != nil {
 			return 0, nil, nil, 0, err
 		}

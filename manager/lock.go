@@ -458,14 +458,10 @@ type extendOut struct {
 
 // extendWait runs the extend script and WAIT in one pipeline on the owning master.
 func (m *Manager) extendWait(ctx context.Context, l *Lock, ttlMs string) (int64, int, error) {
-	node, err := m.topo.masterFor(ctx, l.key)
+	ext, wait, err := m.evalWithWait(ctx, l.key, l.extendScript(), l.scriptKeys(), l.token, ttlMs)
 	if err != nil {
 		return 0, 0, err
 	}
-	pipe := node.Pipeline()
-	ext := l.extendScript().Eval(ctx, pipe, l.scriptKeys(), l.token, ttlMs)
-	wait := pipe.Do(ctx, "wait", m.cfg.replicas, m.cfg.replicaTimeout.Milliseconds())
-	_, _ = pipe.Exec(ctx)
 	r, err := ext.Int64()
 	if err != nil {
 		return 0, 0, err

@@ -569,3 +569,33 @@ func TestRealRWResumeRefused(t *testing.T) {
 		}
 	})
 }
+
+// Under WithReplicaAck, a read-write lock's attempt whose reply is lost
+// (the script ran, and took the lock) fails with the Redis error, and its
+// token goes to the reaper, which gives the lock back: another manager
+// takes it long before its TTL.
+func TestRealRWReplicaAckLostReply(t *testing.T) {
+	ctx := ctxT(t)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.ClusterAddrs(t)})
+	t.Cleanup(func() { _ = c.Close() })
+	h := &faultHook{cmd: "eval", lostReply: true}
+	h.n.Store(1)
+	c.OnNewNode(func(n *redis.Client) { n.AddHook(h) })
+	m := newManager(t, c, manager.WithReplicaAck(1, time.Second, manager.ReplicaFail), manager.WithTTL(time.Minute))
+	res := testenv.Unique("rwacklost")
+	if _, err := m.TryAcquireWrite(ctx, res); err == nil || errors.Is(err, manager.ErrNotAcquired) {
+		t.Fatalf("TryAcquireWrite with its reply lost = %v, want the Redis error", err)
+	}
+	if h.n.Load() == 1 {
+		t.Fatal("the fault was not injected")
+	}
+	other := newManager(t, testenv.Cluster(t))
+	eventually(t, 5*time.Second, "the lost attempt's lock given back", func() bool {
+		w, err := other.TryAcquireWrite(ctx, res)
+		if err != nil {
+			return false
+		}
+		_ = w.Release(ctx)
+		return true
+	})
+}
