@@ -664,13 +664,13 @@ func (m *Manager) reap(key, token string, deadline time.Time) {
 
 // reapMode is reap for a lock of mode mo.
 func (m *Manager) reapMode(key, token string, mo rwMode, deadline time.Time) {
-	if m.sched.addOrphan(key, token, mo != rwNone, deadline) {
+	if m.sched.addOrphan(key, token, mo, deadline) {
 		return
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), minTime(deadline, time.Now().Add(time.Second)))
 	defer cancel()
-	release, _, _ := mo.scripts()
-	_ = m.runScript(ctx, m.client, release, []string{key}, token).Err()
+	c := orphan{key: key, token: token, mode: mo}.releaseCall()
+	_ = m.runScript(ctx, m.client, c.script, c.keys, c.args...).Err()
 }
 
 func minTime(a, b time.Time) time.Time {

@@ -87,7 +87,7 @@ func (m *Manager) releaseLocks(ctx context.Context, locks []*Lock, orphans []orp
 		failed++
 		if l := it.lock; l != nil {
 			for _, k := range l.scriptKeys() {
-				m.sched.addOrphan(k, l.token, l.rw != rwNone, l.validUntilNow())
+				m.sched.addOrphan(k, l.token, l.rw, l.validUntilNow())
 			}
 			l.finishRelease(fmt.Errorf("shardlock: release: %w", err))
 		}
@@ -236,7 +236,7 @@ func (l *Lock) Release(ctx context.Context) error {
 			r.result = fmt.Errorf("shardlock: release: %w", err)
 		}
 		for _, k := range l.scriptKeys() {
-			m.sched.addOrphan(k, l.token, l.rw != rwNone, validUntil)
+			m.sched.addOrphan(k, l.token, l.rw, validUntil)
 		}
 	}
 	if r.result == ErrForceReleased {

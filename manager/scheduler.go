@@ -25,7 +25,7 @@ const maxOrphans = 10000
 // would have run out anyway).
 type orphan struct {
 	key, token string
-	rw         bool // a read-write lock's token
+	mode       rwMode // the lock's kind: it says which release script frees it
 	deadline   time.Time
 	next       time.Time
 	tries      int
@@ -33,11 +33,8 @@ type orphan struct {
 
 // releaseCall is the script call that releases o.
 func (o orphan) releaseCall() scriptCall {
-	script := scripts.Release
-	if o.rw {
-		script = scripts.RWRelease
-	}
-	return scriptCall{script: script, keys: []string{o.key}, args: []any{o.token}}
+	release, _, _ := o.mode.scripts()
+	return scriptCall{script: release, keys: []string{o.key}, args: []any{o.token}}
 }
 
 // scheduler is the Manager's one background goroutine (the watchdog). It
@@ -171,7 +168,7 @@ func (s *scheduler) drainLocked() {
 // addOrphan hands a token that may hold key, until deadline, to the
 // reaper. It returns false once the scheduler has stopped: Close has taken
 // the list, and nothing would run it again.
-func (s *scheduler) addOrphan(key, token string, rw bool, deadline time.Time) bool {
+func (s *scheduler) addOrphan(key, token string, mode rwMode, deadline time.Time) bool {
 	if !time.Now().Before(deadline) {
 		return true // nothing left to release
 	}
@@ -184,7 +181,7 @@ func (s *scheduler) addOrphan(key, token string, rw bool, deadline time.Time) bo
 		s.m.log.Warn("too many orphaned lock tokens; dropping the oldest", zap.String("event", "orphan_dropped"))
 		s.orphans = s.orphans[1:]
 	}
-	s.orphans = append(s.orphans, orphan{key: key, token: token, rw: rw, deadline: deadline, next: time.Now()})
+	s.orphans = append(s.orphans, orphan{key: key, token: token, mode: mode, deadline: deadline, next: time.Now()})
 	s.poke()
 	return true
 }
