@@ -1,4 +1,4 @@
--- take_fence, shared by the scripts that hand out fences: scripts.go puts
+-- next_fence and take_fence, shared by the scripts that hand out fences: scripts.go puts
 -- this file in place of the include line in each of them.
 --
 -- A fence is the larger of the counter at fk plus one and the server's
@@ -8,9 +8,15 @@
 -- on past every fence the old one handed out, as long as the two clocks
 -- agree to within the time the failover took.
 --
--- It returns the fence; or nil and an error reply, with nothing written,
--- when the counter is not a non-negative integer below 2^53 (the largest
--- a script's number holds exactly) or is a key of another type.
+-- next_fence is that rule: the fence after last.
+local function next_fence(last)
+  local t = redis.call('TIME')
+  return math.max(last + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+end
+
+-- take_fence returns the fence; or nil and an error reply, with nothing
+-- written, when the counter is not a non-negative integer below 2^53 (the
+-- largest a script's number holds exactly) or is a key of another type.
 local function take_fence(fk)
   local c = redis.pcall('GET', fk)
   if type(c) == 'table' then return nil, c end -- WRONGTYPE
@@ -21,8 +27,7 @@ local function take_fence(fk)
       return nil, redis.error_reply('ERR fence counter ' .. fk .. ' is not an integer')
     end
   end
-  local t = redis.call('TIME')
-  local f = math.max(n + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+  local f = next_fence(n)
   redis.call('SET', fk, string.format('%d', f))
   return f
 end

@@ -1,6 +1,7 @@
 -- The read-write lock's state, shared by the rw_*.lua scripts: scripts.go
 -- puts this file in place of the include line in each of them.
 -- #include prelude.lua
+-- #include fence.lua (next_fence)
 --
 -- A read-write lock is one hash at the lock key and nothing else, so that
 -- a slot migration moves it whole and a script never writes a key that may
@@ -138,13 +139,11 @@ local function rw_live_readers(k, s)
   return n, latest
 end
 
--- rw_fence takes k's next fence: the larger of the last one plus one and
--- the server's clock in microseconds (which keeps fences rising when the
--- key has gone meanwhile, as fence.lua's do).
+-- rw_fence takes k's next fence by fence.lua's rule (next_fence), from
+-- the last one kept in the hash; the clock part keeps fences rising when
+-- the key has gone meanwhile.
 local function rw_fence(k)
-  local last = tonumber(redis.call('HGET', k, 'f')) or 0
-  local t = redis.call('TIME')
-  local f = math.max(last + 1, tonumber(t[1]) * 1000000 + tonumber(t[2]))
+  local f = next_fence(tonumber(redis.call('HGET', k, 'f')) or 0)
   redis.call('HSET', k, 'f', string.format('%d', f))
   return f
 end
