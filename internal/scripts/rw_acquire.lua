@@ -26,9 +26,10 @@ local entry, recheck = ARGV[5], ARGV[6] == '1'
 local s = rw_load(k)
 if not s then return {0, 0} end
 
-local function took(fence)
+-- took answers {status, fence}, taking a re-check's entry out of the queue.
+local function took(status, fence)
   if recheck then rw_dequeue(k, s, entry) end
-  return {1, fence}
+  return {status, fence}
 end
 
 if s.w == tok then -- ours already
@@ -36,27 +37,24 @@ if s.w == tok then -- ours already
   rw_keep(k, s, now() + ttl)
   local f = 0
   if fenced then f = tonumber(redis.call('HGET', k, 'f')) or 0 end
-  if recheck then rw_dequeue(k, s, entry) end
-  return {2, f}
+  return took(2, f)
 end
 if reader and s.n > 0 and redis.call('HEXISTS', k, 'r:' .. tok) == 1 then
   rw_add_reader(k, s, tok, ttl, false)
-  if recheck then rw_dequeue(k, s, entry) end
-  return {2, 0}
+  return took(2, 0)
 end
 
 local wait_ms = 0 -- until the holders in the way run out of time
 if reader then
   if not s.w and not rw_writer_waits(s) then
     rw_add_reader(k, s, tok, ttl, true) -- no share: looked for above
-    return took(0)
+    return took(1, 0)
   end
   if s.w then wait_ms = s.we - now() end
 elseif not s.w then
   local n, latest = rw_live_readers(k, s)
   if n == 0 then
-    if recheck then rw_dequeue(k, s, entry) end
-    return {1, rw_set_writer(k, s, tok, ttl, fenced)}
+    return took(1, rw_set_writer(k, s, tok, ttl, fenced))
   end
   wait_ms = latest - now()
 else
