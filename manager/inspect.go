@@ -232,7 +232,6 @@ func (m *Manager) readLocks(ctx context.Context, node *redis.Client, keys []stri
 		pttl    *redis.DurationCmd
 		fence   *redis.StringCmd
 		waiters *redis.IntCmd
-		rw      *redis.SliceCmd
 	}
 	var reads []read
 	pipe := node.Pipeline()
@@ -245,14 +244,14 @@ func (m *Manager) readLocks(ctx context.Context, node *redis.Client, keys []stri
 			continue
 		}
 		reads = append(reads, read{info: LockInfo{Resource: r, Key: k},
-			val: pipe.Get(ctx, k), pttl: pipe.PTTL(ctx, k), fence: pipe.Get(ctx, sharding.FenceKey(k)), waiters: pipe.LLen(ctx, sharding.QueueKey(k)),
-			rw: pipe.HMGet(ctx, k, rwFields...)})
+			val: pipe.Get(ctx, k), pttl: pipe.PTTL(ctx, k), fence: pipe.Get(ctx, sharding.FenceKey(k)), waiters: pipe.LLen(ctx, sharding.QueueKey(k))})
 	}
 	if len(reads) == 0 {
 		return nil, nil
 	}
 	_, _ = pipe.Exec(ctx) // each reply is read below: one odd key never fails the walk
 	out := make([]LockInfo, 0, len(reads))
+	var hashes []int // in out: keys of another type, maybe read-write locks
 	for _, r := range reads {
 		v, err := r.val.Result()
 		switch {
@@ -262,6 +261,7 @@ func (m *Manager) readLocks(ctx context.Context, node *redis.Client, keys []stri
 			return nil, err // the connection failed
 		case err != nil:
 			r.info.Foreign = true // another type
+			hashes = append(hashes, len(out))
 		default:
 			if ti, perr := ParseToken(v); perr == nil {
 				r.info.Owner, r.info.AcquiredAt = ti.Owner, ti.AcquiredAt
@@ -275,10 +275,39 @@ func (m *Manager) readLocks(ctx context.Context, node *redis.Client, keys []stri
 		}
 		r.info.Fence, _ = r.fence.Uint64()
 		r.info.Waiters = int(r.waiters.Val())
-		if r.info.Foreign && r.info.readRW(r.rw.Val(), time.Now()) && !r.info.Held {
-			continue // a read-write lock nobody holds
-		}
 		out = append(out, r.info)
 	}
-	return out, nil
+	return readRWLocks(ctx, node, out, hashes)
+}
+
+// readRWLocks reads, in a second pipeline, the keys of out at indices
+// hashes (keys of another type than a string): a read-write lock's fields
+// fill its LockInfo, and one that nobody holds is left out.
+func readRWLocks(ctx context.Context, node *redis.Client, out []LockInfo, hashes []int) ([]LockInfo, error) {
+	if len(hashes) == 0 {
+		return out, nil
+	}
+	pipe := node.Pipeline()
+	cmds := make([]*redis.SliceCmd, len(hashes))
+	for i, j := range hashes {
+		cmds[i] = pipe.HMGet(ctx, out[j].Key, rwFields...)
+	}
+	_, _ = pipe.Exec(ctx)
+	drop := map[int]bool{}
+	now := time.Now()
+	for i, j := range hashes {
+		if err := cmds[i].Err(); err != nil && !isReply(err) {
+			return nil, err // the connection failed
+		}
+		if out[j].readRW(cmds[i].Val(), now) && !out[j].Held {
+			drop[j] = true
+		}
+	}
+	kept := out[:0]
+	for j, info := range out {
+		if !drop[j] {
+			kept = append(kept, info)
+		}
+	}
+	return kept, nil
 }
