@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"iter"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shardlock/shardlock/internal/keyscan"
+	"github.com/shardlock/shardlock/internal/rwhash"
 	"github.com/shardlock/shardlock/sharding"
 )
 
@@ -35,45 +35,35 @@ type LockInfo struct {
 	OldestWait time.Duration
 	// ReadWrite: the key is a read-write lock (AcquireRead, AcquireWrite).
 	// Owner and AcquiredAt are then its writer's, if a writer holds it;
-	// Readers counts its readers' shares (a share whose holder died counts
-	// until a writer's attempt or a release finds it ran out); Fence is
-	// its last writer's; TTL is how long the key lives, which may be longer
-	// than any share.
+	// Readers counts the readers whose shares have time left (a dead
+	// reader's until its TTL runs out); Fence is its last writer's; TTL is
+	// how long the key lives, which may be longer than any share.
 	ReadWrite bool
 	Readers   int
 }
 
-// rwFields are the fields of a read-write lock's hash that Inspect and
-// List read (see internal/scripts/rw.lua).
-var rwFields = []string{"sl", "w", "we", "n", "f", "q"}
-
-// readRW fills info from a read-write lock's fields (an HMGET of
-// rwFields), and reports whether they are one's.
-func (info *LockInfo) readRW(vals []any, now time.Time) bool {
-	if len(vals) != len(rwFields) || vals[0] != "rw1" {
+// readRW fills info from the fields of a hash (HGETALL), and reports
+// whether they are a read-write lock's.
+func (info *LockInfo) readRW(f map[string]string, now time.Time) bool {
+	st, ok := rwhash.Parse(f, now)
+	if !ok {
 		return false
 	}
-	str := func(i int) string { s, _ := vals[i].(string); return s }
 	info.ReadWrite, info.Foreign = true, false
 	info.Owner, info.AcquiredAt = "", time.Time{}
-	if we, err := strconv.ParseInt(str(2), 10, 64); err == nil && we > now.UnixMilli() {
-		if ti, err := ParseToken(str(1)); err == nil {
-			info.Owner, info.AcquiredAt = ti.Owner, ti.AcquiredAt
-		}
+	if ti, err := ParseToken(st.Writer); err == nil {
+		info.Owner, info.AcquiredAt = ti.Owner, ti.AcquiredAt
 	}
-	info.Readers, _ = strconv.Atoi(str(3))
-	info.Fence, _ = strconv.ParseUint(str(4), 10, 64)
-	info.Waiters, info.OldestWait = 0, 0
-	if q := str(5); q != "" {
-		entries := strings.Split(q, "\n")
-		info.Waiters = len(entries)
-		if _, tok, ok := cutEntry(entries[0]); ok {
+	info.Readers, info.Fence = len(st.Readers), st.Fence
+	info.Waiters, info.OldestWait = len(st.Queue), 0
+	if len(st.Queue) > 0 {
+		if _, tok, ok := cutEntry(st.Queue[0]); ok {
 			if ti, err := ParseToken(tok); err == nil {
 				info.OldestWait = max(now.Sub(ti.AcquiredAt), 0)
 			}
 		}
 	}
-	info.Held = info.Owner != "" || info.Readers > 0
+	info.Held = st.Held()
 	return true
 }
 
@@ -105,7 +95,7 @@ func (m *Manager) Inspect(ctx context.Context, resource string) (LockInfo, error
 		fence := pipe.Get(ctx, sharding.FenceKey(key))
 		waiters := pipe.LLen(ctx, queue)
 		first := pipe.LIndex(ctx, queue, 0)
-		rw := pipe.HMGet(ctx, key, rwFields...)
+		rw := pipe.HGetAll(ctx, key)
 		_, _ = pipe.Exec(ctx) // each reply is read below; a key of another type answers its own error
 		if err := firstErr(exists, pttl); err != nil {
 			return LockInfo{}, fmt.Errorf("shardlock: inspect %q: %w", resource, err)
@@ -288,9 +278,9 @@ func readRWLocks(ctx context.Context, node *redis.Client, out []LockInfo, hashes
 		return out, nil
 	}
 	pipe := node.Pipeline()
-	cmds := make([]*redis.SliceCmd, len(hashes))
+	cmds := make([]*redis.MapStringStringCmd, len(hashes))
 	for i, j := range hashes {
-		cmds[i] = pipe.HMGet(ctx, out[j].Key, rwFields...)
+		cmds[i] = pipe.HGetAll(ctx, out[j].Key)
 	}
 	_, _ = pipe.Exec(ctx)
 	drop := map[int]bool{}

@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/shardlock/shardlock/internal/keyscan"
+	"github.com/shardlock/shardlock/internal/rwhash"
 	"github.com/shardlock/shardlock/manager"
 	"github.com/shardlock/shardlock/metrics"
 	"github.com/shardlock/shardlock/sharding"
@@ -314,16 +315,16 @@ func (e *Exporter) examineHashes(ctx context.Context, c *redis.Client, hashes []
 	for i, h := range hashes {
 		f, err := fields[i].Result()
 		var reply redis.Error
-		switch {
-		case err != nil && !errors.As(err, &reply):
+		if err != nil && !errors.As(err, &reply) {
 			return err // the connection failed: the scan did
-		case err != nil || f["sl"] != rwMagic:
+		}
+		holders, ok := rwHolders(f, now)
+		if err != nil || !ok {
 			// A key that is not a string and not a read-write lock: not
 			// a lock key: skipped, counted, left alone.
 			res.Skipped[metrics.ReasonWrongType]++
 			continue
 		}
-		holders := rwHolders(f, now)
 		if len(holders) == 0 {
 			continue // a read-write lock nobody holds
 		}
@@ -337,31 +338,21 @@ func (e *Exporter) examineHashes(ctx context.Context, c *redis.Client, hashes []
 	return nil
 }
 
-// rwMagic marks a read-write lock's hash (see internal/scripts/rw.lua).
-const rwMagic = "rw1"
-
-// rwHolders returns when each live holder of a read-write lock (its
-// fields f) acquired it: its writer, or each of its readers.
-func rwHolders(f map[string]string, now time.Time) []time.Time {
-	var out []time.Time
-	ms := now.UnixMilli()
-	live := func(exp string) bool {
-		n, err := strconv.ParseInt(exp, 10, 64)
-		return err == nil && n > ms
+// rwHolders returns when each live holder of a read-write lock (the
+// fields f of its hash) acquired it: its writer, or each of its readers;
+// false when f is not a read-write lock's.
+func rwHolders(f map[string]string, now time.Time) ([]time.Time, bool) {
+	st, ok := rwhash.Parse(f, now)
+	if !ok {
+		return nil, false
 	}
-	if w := f["w"]; w != "" && live(f["we"]) {
-		if info, err := manager.ParseToken(w); err == nil {
+	var out []time.Time
+	for _, tok := range append(st.Readers, st.Writer) {
+		if info, err := manager.ParseToken(tok); err == nil {
 			out = append(out, info.AcquiredAt)
 		}
 	}
-	for k, v := range f {
-		if tok, ok := strings.CutPrefix(k, "r:"); ok && live(v) {
-			if info, err := manager.ParseToken(tok); err == nil {
-				out = append(out, info.AcquiredAt)
-			}
-		}
-	}
-	return out
+	return out, true
 }
 
 // class returns the stats of class name, made on first use.
