@@ -6,11 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shardlock/shardlock/internal/scripts"
 	"github.com/shardlock/shardlock/internal/testenv"
 	"github.com/shardlock/shardlock/manager"
+	"github.com/shardlock/shardlock/metrics"
 )
 
 // forEachCuttable runs f on the standalone server and on the cluster; f
@@ -135,6 +137,76 @@ func TestRealClaimConfirmed(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A lock handed over on the claim lease and released within the first
+// quarter of the lease sends no confirmation: the short critical sections of a
+// contended resource cost no renewal round trip.
+func TestRealClaimShortHoldSendsNoConfirmation(t *testing.T) {
+	forEachCuttable(t, func(t *testing.T, client func(*testenv.Cutter) redis.UniversalClient) {
+		ctx := ctxT(t)
+		res := testenv.Unique("shortclaim")
+		admin := client(nil)
+		reg := prometheus.NewRegistry()
+		mx, err := metrics.New(reg, metrics.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		holderM := newManager(t, client(nil), manager.WithOwner("holder"))
+		waiterM := newManager(t, client(nil), manager.WithOwner("waiter"), manager.WithMetrics(mx))
+		h, err := holderM.TryAcquire(ctx, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now() // the waiter's lease is valid from later than this
+		got := make(chan acquired, 1)
+		go func() {
+			l, err := waiterM.Acquire(ctx, res)
+			got <- acquired{l: l, err: err}
+		}()
+		eventually(t, 5*time.Second, "waiter queued", func() bool { return queueLen(t, admin, h.Key()) == 1 })
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		a := <-got
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+		if pttl := admin.PTTL(ctx, h.Key()).Val(); pttl > scripts.ClaimLease {
+			t.Fatalf("the key's TTL is %v right after the hand-over: confirmed at once", pttl)
+		}
+		if err := a.l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		elapsed := time.Since(start)
+		renewals := sumSeries(t, reg, "shardlock_renewals_total") + sumSeries(t, reg, "shardlock_renewal_failures_total")
+		if elapsed >= scripts.ClaimLease/5 { // the confirmation is due a quarter lease after the first queue write
+			t.Logf("released %v after the wait began: a confirmation may have been due (%v renewals)", elapsed, renewals)
+			return
+		}
+		if renewals != 0 {
+			t.Fatalf("released %v after the wait began, the lock still sent %v renewals", elapsed, renewals)
+		}
+	})
+}
+
+// sumSeries adds up every series of the counter name in reg (0 when there
+// is none yet).
+func sumSeries(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, mt := range mf.GetMetric() {
+				sum += mt.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum
 }
 
 // A holder that died leaves its key to its TTL: the waiter queued for it,

@@ -29,9 +29,9 @@ import (
 //
 // A waiter may have died while queued. So the key handed to it lives for
 // the claim lease (scripts.ClaimLease) only, until the new holder confirms
-// it with its first renewal, which the watchdog sends the moment the lock
-// is taken (even with the watchdog off), or a re-check; both set the full
-// TTL. A lock taken on its lease is valid, by this process's clock, from the
+// it with its first renewal, which the watchdog sends (even with the
+// watchdog off) when three quarters of the lease are left (a lock released
+// before then needs none), or a re-check; both set the full TTL. A lock taken on its lease is valid, by this process's clock, from the
 // waiter's first queue write, the earliest the hand-over can have happened:
 // a waiter queued for so long that less than half the lease would be left
 // confirms it with a re-check before it returns the lock. The other

@@ -133,16 +133,23 @@ func (m *Manager) newLock(resource, key, token string, tokenArg any, fence uint6
 // this process's clock, from the earliest time it can have been handed over.
 const claimValidity = scripts.ClaimLease - 2*time.Millisecond
 
+// claimConfirmMargin is how much of a claim lease's validity is left when
+// the lease's confirmation is sent: three quarters of the lease, more than
+// a pause of the holder's process (a GC, a CPU quota period of 100 ms)
+// usually lasts.
+const claimConfirmMargin = 3 * scripts.ClaimLease / 4
+
 // onClaim makes l, not shared yet, a lock handed over on the claim lease
 // from validFrom: valid for the lease, its first renewal (the confirmation)
-// due at once. Sent at once, the confirmation reaches Redis before any
-// pause of this process could let the lease run out under a live holder;
-// a lock released first cancels nothing: the renewal then finds the key
-// released and is ignored.
+// due when claimConfirmMargin of it is left, or at once if less is. A lock
+// released before then sends no confirmation, which spares the short
+// critical sections of a contended resource a round trip; one released
+// while its confirmation is in flight cancels nothing: the renewal then
+// finds the key released and is ignored.
 func (l *Lock) onClaim(validFrom time.Time) {
 	l.rn.claimed = true
 	l.validUntil = monoOf(validFrom).Add(min(claimValidity, l.ttl-drift(l.ttl)))
-	l.rn.next = monoOf(validFrom)
+	l.rn.next = max(monoOf(validFrom), l.validUntil.Add(-claimConfirmMargin))
 }
 
 // Resource returns the resource name the lock was taken on.

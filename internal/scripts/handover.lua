@@ -31,7 +31,8 @@ end
 
 -- claim_ms is the claim lease of a waiter handed the key from the queue
 -- (hand_over): the key lives that long (at most its TTL) until the new
--- holder confirms it by its first renewal, which it sends at once, or by a
+-- holder confirms it by its first renewal, which it sends when three
+-- quarters of the lease are left (unless released by then), or by a
 -- re-check (acquire_queue.lua); both set the full TTL. A waiter that died while
 -- queued holds a key it is handed for no longer than that. It is
 -- scripts.ClaimLease; a test keeps the two equal.
