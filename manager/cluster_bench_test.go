@@ -3,6 +3,7 @@ package manager_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,8 +23,9 @@ import (
 // floor of any one-script batch on this Redis: a script that only runs
 // SET NX PX on each of the 10 keys (each key needs its own expiry, and
 // Redis 7.0 has no command that sets one on several keys), sent by the
-// same client, its keys deleted outside the timer. Every call has its own
-// deadline, and the client has ContextTimeoutEnabled.
+// same client, its keys deleted outside the timer; acquire/interleaved
+// alternates the two call by call and reports their medians' ratio. Every
+// call has its own deadline, and the client has ContextTimeoutEnabled.
 func BenchmarkBatch(b *testing.B) {
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.ClusterAddrs(b), ContextTimeoutEnabled: true})
 	b.Cleanup(func() { _ = c.Close() })
@@ -57,6 +59,8 @@ func BenchmarkBatch(b *testing.B) {
 		defer cancel()
 		return f(ctx)
 	}
+	// The acquire of the batch and of the floor, alternating call by call.
+	b.Run("acquire/interleaved", func(b *testing.B) { benchInterleaved(b, floor, batch) })
 	for _, mode := range []struct {
 		name  string
 		impls []impl
@@ -88,6 +92,47 @@ func BenchmarkBatch(b *testing.B) {
 			})
 		}
 	}
+}
+
+// acquireTimed runs acquire under a deadline of its own and returns how
+// long it took, then releases what it took (untimed).
+func acquireTimed(b *testing.B, acquire func(context.Context) (func(context.Context) error, error)) time.Duration {
+	ctx, cancel := context.WithTimeout(context.Background(), benchkit.CallTimeout)
+	t0 := time.Now()
+	release, err := acquire(ctx)
+	took := time.Since(t0)
+	cancel()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), benchkit.CallTimeout)
+	defer cancel()
+	if err := release(ctx); err != nil {
+		b.Fatal(err)
+	}
+	return took
+}
+
+// benchInterleaved alternates the floor's acquire and the batch's, call by
+// call, so that both meet the same moments of a noisy machine, and reports
+// the median of each and their ratio.
+func benchInterleaved(b *testing.B, floor, batch func(context.Context) (func(context.Context) error, error)) {
+	var floors, batches []time.Duration
+	for i := 0; b.Loop(); i++ {
+		if i%2 == 0 {
+			floors = append(floors, acquireTimed(b, floor))
+			batches = append(batches, acquireTimed(b, batch))
+		} else {
+			batches = append(batches, acquireTimed(b, batch))
+			floors = append(floors, acquireTimed(b, floor))
+		}
+	}
+	slices.Sort(floors)
+	slices.Sort(batches)
+	f, bt := floors[len(floors)/2], batches[len(batches)/2]
+	b.ReportMetric(float64(f.Nanoseconds())/1000, "floor-p50-us")
+	b.ReportMetric(float64(bt.Nanoseconds())/1000, "batch10-p50-us")
+	b.ReportMetric(float64(bt)/float64(f), "batch10/floor")
 }
 
 // BenchmarkHotResource: 16 goroutines over 4 managers lock one hot

@@ -3,6 +3,7 @@ package manager_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -204,6 +205,23 @@ func TestMoreBadInputMakesNoRoundTrip(t *testing.T) {
 			_, err := m.TryAcquireBatch(ctx, []string{"{g}:1", "{g}:1"})
 			return err
 		}, "appears twice"},
+		{"large batch duplicate", func() error {
+			res := make([]string, 40)
+			for i := range res {
+				res[i] = fmt.Sprintf("{g}:%d", i)
+			}
+			res[39] = res[7]
+			_, err := m.TryAcquireBatch(ctx, res)
+			return err
+		}, `resource "{g}:7" appears twice`},
+		{"large batch of one key twice", func() error {
+			res := []string{"z"}
+			for i := range 30 {
+				res = append(res, fmt.Sprintf("{z}:%d", i))
+			}
+			_, err := m.TryAcquireBatch(ctx, append(res, "{z}"))
+			return err
+		}, `"z" and "{z}" name the same lock`},
 		{"stripe of a 1024-byte resource", func() error {
 			_, err := m.AcquireStripe(ctx, long, 4, "p")
 			return err

@@ -35,7 +35,7 @@ var ErrBadPrefix = errors.New("sharding: key prefix must not contain '{' or '}'"
 
 // ValidatePrefix returns ErrBadPrefix when prefix contains '{' or '}'.
 func ValidatePrefix(prefix string) error {
-	if strings.ContainsAny(prefix, "{}") {
+	if strings.IndexByte(prefix, '{') >= 0 || strings.IndexByte(prefix, '}') >= 0 { // on every lock call: IndexByte, not ContainsAny's set
 		return ErrBadPrefix
 	}
 	return nil
