@@ -342,7 +342,7 @@ func (co *coalescer) send(node *redis.Client, batch []*queued) {
 		}
 	}
 	for _, q := range batch {
-		if co.resendable(q.cmd.Err()) {
+		if err := q.cmd.Err(); co.resendable(err) && !(isTryAgain(err) && fallsBackOnTryAgain(q.ctx)) {
 			co.wg.Go(func() { co.resend(q) })
 		} else {
 			close(q.done)
@@ -365,6 +365,9 @@ func (co *coalescer) resend(q *queued) {
 func (co *coalescer) sendAgain(ctx context.Context, cmd redis.Cmder, wanted func() bool) {
 	pause := resendPause
 	for range maxResends {
+		if isTryAgain(cmd.Err()) && fallsBackOnTryAgain(ctx) {
+			return // its caller has another way (see withTryAgainFallback)
+		}
 		if isNotNow(cmd.Err()) {
 			t := time.NewTimer(pause)
 			select {
@@ -398,7 +401,7 @@ func (co *coalescer) sendAgain(ctx context.Context, cmd redis.Cmder, wanted func
 func (co *coalescer) sendOwn(ctx context.Context, node *redis.Client, cmd redis.Cmder) error {
 	_ = node.Process(ctx, noRetry{cmd})
 	err := cmd.Err()
-	if co.resendable(err) {
+	if co.resendable(err) && !(isTryAgain(err) && fallsBackOnTryAgain(ctx)) {
 		co.sendAgain(ctx, cmd, func() bool { return true })
 		err = cmd.Err()
 	}
@@ -485,6 +488,26 @@ func isNotNow(err error) bool {
 		}
 	}
 	return false
+}
+
+// isTryAgain reports whether err is Redis's TRYAGAIN: a multi-key command
+// whose keys are not all on one node while their slot migrates.
+func isTryAgain(err error) bool { return hasReplyPrefix(err, "TRYAGAIN") }
+
+// tryAgainFallback is the context key of withTryAgainFallback.
+type tryAgainFallback struct{}
+
+// withTryAgainFallback returns ctx marked so that the coalescer hands a
+// TRYAGAIN reply to the command's caller rather than sending the command
+// again until the slot is stable: the caller has a single-key attempt to
+// make instead (attemptUnqueued).
+func withTryAgainFallback(ctx context.Context) context.Context {
+	return context.WithValue(ctx, tryAgainFallback{}, true)
+}
+
+func fallsBackOnTryAgain(ctx context.Context) bool {
+	on, _ := ctx.Value(tryAgainFallback{}).(bool)
+	return on
 }
 
 // needsReload reports whether err says the cluster's slot map has changed.

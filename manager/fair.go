@@ -406,6 +406,20 @@ func (lq *localQueues) announced(key, payload string) {
 	q.head.send(grantMsg{fence: fence, validFrom: q.head.regAt, claimed: true})
 }
 
+// freed wakes the waiter whose turn it is for key, when the key was
+// deleted with nobody handed it (release.lua's "free"): it looks at once,
+// and takes the key, rather than at its next re-check.
+func (lq *localQueues) freed(key string) {
+	if lq.active.Load() == 0 {
+		return
+	}
+	lq.mu.Lock()
+	defer lq.mu.Unlock()
+	if q := lq.queues[key]; q != nil && q.head != nil && !q.head.left && !q.head.handing {
+		q.head.send(grantMsg{retry: true})
+	}
+}
+
 // channelKey returns the lock key whose channel is ch.
 func channelKey(ch string) string { return strings.TrimSuffix(ch, sharding.ChannelSuffix) }
 
@@ -416,14 +430,52 @@ func (m *Manager) attemptQueued(ctx context.Context, key string, w *fairWaiter, 
 	if skip {
 		return attemptContended, 0, nil // a local release is handing w the lock: wait for it
 	}
-	res, err := scripts.AcquireQueue.Run(ctx, m.cmd, []string{key, sharding.QueueKey(key), sharding.FenceKey(key)},
+	keys := []string{key, sharding.QueueKey(key)}
+	if ac.fencing {
+		keys = append(keys, sharding.FenceKey(key))
+	}
+	res, err := scripts.AcquireQueue.Run(withTryAgainFallback(ctx), m.cmd, keys,
 		w.token, ac.ttlMs, luaFlag(ac.fencing), entry, luaFlag(recheck)).Slice()
 	status, fence, err = parseFenced(res, err)
 	m.queues.afterQueuedAttempt(w, entry, recheck, status, fence, err)
+	if isTryAgain(err) {
+		return m.attemptUnqueued(ctx, key, w, ac, recheck, entry)
+	}
 	if status == attemptContended {
 		fence = 0
 	}
 	return status, fence, err
+}
+
+// attemptUnqueued is a fair waiter's attempt while the lock's slot migrates
+// and the queue script's keys are not all on one node (Redis answers
+// TRYAGAIN to a script whose keys are partly missing from a migrating slot,
+// and the queue key is missing until someone queues). It runs
+// acquire_batch.lua on the lock key alone (with the fence counter, when
+// fencing): the key is taken if free, or else the holder's token gets the
+// queued mark, so that its release announces the key free and wakes this
+// waiter (localQueues.freed). A waiter that takes the key this way takes its
+// entry out of the queue, if it was queued.
+func (m *Manager) attemptUnqueued(ctx context.Context, key string, w *fairWaiter, ac *acquireConfig, recheck bool, entry string) (status int, fence uint64, err error) {
+	keys := []string{key}
+	if ac.fencing {
+		keys = append(keys, sharding.FenceKey(key))
+	}
+	res, err := scripts.AcquireBatch.Run(ctx, m.cmd, keys, w.token, ac.ttlMs, luaFlag(ac.fencing), luaFlag(true), luaFlag(true)).Slice()
+	if err != nil {
+		return 0, 0, err
+	}
+	status, fences, _, err := parseBatchReply(res, ac.fencing)
+	if err != nil || status == attemptContended {
+		return status, 0, err
+	}
+	if recheck {
+		_ = m.client.LRem(ctx, sharding.QueueKey(key), 1, entry).Err() // or it expires at its deadline
+	}
+	if len(fences) > 0 {
+		fence = fences[0]
+	}
+	return status, fence, nil
 }
 
 // afterQueuedAttempt records what a queue script's attempt for w (with

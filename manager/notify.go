@@ -318,6 +318,7 @@ func (n *notifier) deliver(ns *nodeSub, msgs <-chan any) {
 		case *redis.Message:
 			if v.Payload == freePayload {
 				n.wakeFree(v.Channel)
+				n.m.queues.freed(channelKey(v.Channel))
 			} else {
 				n.m.queues.announced(channelKey(v.Channel), v.Payload)
 			}

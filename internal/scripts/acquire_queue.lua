@@ -1,7 +1,9 @@
 -- Acquire a lock, or queue up for it: the first attempt and the re-checks
 -- of a waiting Acquire (release.lua hands the lock to queued waiters;
 -- handover.lua, included below, has the queue's details).
--- KEYS[1] lock key, KEYS[2] its waiter queue, KEYS[3] its fence counter
+-- KEYS[1] lock key, KEYS[2] its waiter queue, KEYS[3] its fence counter (only
+-- when taking a fence: a declared key that does not exist makes Redis answer
+-- TRYAGAIN while the slot migrates)
 -- ARGV[1] token, ARGV[2] TTL in milliseconds, ARGV[3] '1' to take a fence,
 -- ARGV[4] the waiter's queue entry (see handover.lua), ARGV[5] '1' when the
 -- entry may be queued already (a re-check).

@@ -1,0 +1,153 @@
+package faults
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/shardlock/shardlock/internal/testenv"
+	"github.com/shardlock/shardlock/manager"
+	"github.com/shardlock/shardlock/sharding"
+)
+
+// tryAgainHook counts the TRYAGAIN replies a node client meets.
+type tryAgainHook struct{ n *atomic.Int64 }
+
+func (h tryAgainHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h tryAgainHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.count(err)
+		return err
+	}
+}
+func (h tryAgainHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			h.count(c.Err())
+		}
+		return err
+	}
+}
+func (h tryAgainHook) count(err error) {
+	if err != nil && strings.HasPrefix(err.Error(), "TRYAGAIN") {
+		h.n.Add(1)
+	}
+}
+
+// A waiter that meets its lock's slot migrating cannot queue in Redis: the
+// queue script names the waiter queue, which does not exist yet, and Redis
+// answers TRYAGAIN to a script whose keys are partly missing from a
+// migrating slot. It still takes the lock as soon as the holder releases
+// it, while the slot migrates: with the defaults, and with a retry
+// strategy so slow that only the release's announcement can wake it.
+func TestWaiterThroughMigratingSlot(t *testing.T) {
+	addrs := testenv.FaultClusterAddrs(t)
+	waitClusterOK(t, addrs, 30*time.Second)
+	for _, tc := range []struct {
+		name string
+		opts []manager.Option
+	}{
+		{"defaults", nil},
+		{"woken by the release", []manager.Option{manager.WithRetry(manager.LinearBackoff(10 * time.Second))}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { waiterThroughMigratingSlot(t, addrs, tc.opts) })
+	}
+}
+
+func waiterThroughMigratingSlot(t *testing.T, addrs []string, waiterOpts []manager.Option) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	defer admin.Close()
+	newClient := func(h redis.Hook) *redis.ClusterClient {
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+		if h != nil {
+			c.OnNewNode(func(n *redis.Client) { n.AddHook(h) })
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	holderM, err := manager.New(ctx, newClient(nil), manager.WithOwner("holder"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holderM.Close(ctx)
+	var tryAgains atomic.Int64
+	waiterM, err := manager.New(ctx, newClient(tryAgainHook{&tryAgains}), append([]manager.Option{manager.WithOwner("waiter")}, waiterOpts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiterM.Close(ctx)
+
+	res := testenv.Unique("migwait")
+	h, err := holderM.TryAcquire(ctx, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := sharding.Slot(h.Key())
+	source, _ := masterOf(t, ctx, admin, slot)
+	src, dst := node(source), node(otherMaster(t, ctx, admin, source))
+	defer src.Close()
+	defer dst.Close()
+	if err := startMigration(ctx, src, dst, slot); err != nil {
+		t.Fatal(err)
+	}
+	finished := false
+	finish := func() {
+		if !finished {
+			finished = true
+			if err := finishMigration(ctx, addrs, src, dst, slot); err != nil {
+				t.Errorf("migration: %v", err)
+				repairMigration(t, ctx, addrs, src, dst, slot)
+			}
+		}
+	}
+	defer finish()
+
+	type result struct {
+		l   *manager.Lock
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := waiterM.Acquire(ctx, res, manager.WithWait(20*time.Second))
+		got <- result{l, err}
+	}()
+	for tryAgains.Load() == 0 { // the waiter could not queue
+		select {
+		case r := <-got:
+			t.Fatalf("the waiter returned before the release: %v", r.err)
+		case <-ctx.Done():
+			t.Fatal("the waiter never met TRYAGAIN: the slot is not migrating")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	released := time.Now()
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var r result
+	select {
+	case r = <-got:
+	case <-time.After(3 * time.Second):
+		t.Error("the waiter did not take the lock while the slot migrated")
+		finish()
+		if r = <-got; r.err == nil {
+			_ = r.l.Release(ctx)
+		}
+		return
+	}
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	t.Logf("the waiter took the lock %v after the release, the slot migrating (%d TRYAGAIN replies)", time.Since(released), tryAgains.Load())
+	if err := r.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
