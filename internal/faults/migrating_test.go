@@ -151,3 +151,84 @@ func waiterThroughMigratingSlot(t *testing.T, addrs []string, waiterOpts []manag
 		t.Fatal(err)
 	}
 }
+
+// A hand-over never creates a fence counter: while a slot migrates key by
+// key, a release that runs on the target (its lock key moved there) may
+// find the counter still on the source, and a second copy on the target
+// would stop the counter's MIGRATE with BUSYKEY. The fenced waiter takes
+// the lock itself once the counter has moved, with a higher fence.
+func TestHandOverCreatesNoFenceCounter(t *testing.T) {
+	addrs := testenv.FaultClusterAddrs(t)
+	waitClusterOK(t, addrs, 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	defer admin.Close()
+	newManager := func(owner string) *manager.Manager {
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = c.Close() })
+		m, err := manager.New(ctx, c, manager.WithOwner(owner), manager.WithFencing(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = m.Close(context.Background()) })
+		return m
+	}
+	holderM, waiterM := newManager("holder"), newManager("waiter")
+
+	res := testenv.Unique("migfence")
+	h, err := holderM.TryAcquire(ctx, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := h.Key()
+	type result struct {
+		l   *manager.Lock
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := waiterM.Acquire(ctx, res, manager.WithWait(20*time.Second))
+		got <- result{l, err}
+	}()
+	queue := sharding.QueueKey(key)
+	for admin.LLen(ctx, queue).Val() != 1 {
+		select {
+		case r := <-got:
+			t.Fatalf("the waiter returned before the release: %v", r.err)
+		case <-ctx.Done():
+			t.Fatal("the waiter never queued")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+
+	// The lock key and its queue move; the fence counter stays behind.
+	slot := sharding.Slot(key)
+	source, _ := masterOf(t, ctx, admin, slot)
+	src, dst := node(source), node(otherMaster(t, ctx, admin, source))
+	defer src.Close()
+	defer dst.Close()
+	if err := startMigration(ctx, src, dst, slot); err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := strings.Cut(dst.Options().Addr, ":")
+	if err := src.Do(ctx, "migrate", host, port, "", 0, 5000, "keys", key, queue).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// What the release left on the target: no fence counter of its own.
+	if err := finishMigration(ctx, addrs, src, dst, slot); err != nil {
+		repairMigration(t, ctx, addrs, src, dst, slot)
+		t.Fatalf("migration after the release: %v", err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	defer r.l.Release(ctx)
+	if r.l.Fence() <= h.Fence() {
+		t.Fatalf("the waiter's fence %d is not above the holder's %d", r.l.Fence(), h.Fence())
+	}
+}

@@ -17,9 +17,14 @@ end
 -- take_fence returns the fence; or nil and an error reply, with nothing
 -- written, when the counter is not a non-negative integer below 2^53 (the
 -- largest a script's number holds exactly) or is a key of another type.
-local function take_fence(fk)
+-- With existing, a counter that is not here is not created either (nil and
+-- no reply): a script that derives fk rather than declaring it may run on
+-- the target of a migrating slot whose source still has the counter, and a
+-- second copy would stop MIGRATE with BUSYKEY.
+local function take_fence(fk, existing)
   local c = redis.pcall('GET', fk)
-  if type(c) == 'table' then return nil, c end -- WRONGTYPE
+  if type(c) == 'table' then return nil, c end -- WRONGTYPE, or not on this node
+  if not c and existing then return nil end
   local n = 0
   if c then
     n = tonumber(c)

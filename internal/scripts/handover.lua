@@ -8,7 +8,7 @@
 -- "<deadline ms>:<ttl ms>:<1 to take a fence, else 0>:<token>". The queue
 -- and the fence counter "<key>:fence" share the key's slot
 -- (sharding.LockKey makes sure); the release scripts derive them (with the
--- suffixes of suffixes.lua, which scripts.go makes from sharding's
+-- suffixes of the prelude, which scripts.go makes from sharding's
 -- constants) rather than declare them: Redis answers TRYAGAIN to a script
 -- whose declared keys are partly missing from a migrating slot, and a
 -- lock's helper keys usually do not exist, so declared helpers would stop
@@ -42,14 +42,16 @@ local claim_ms = 200
 -- release.lua) and e's TTL, or lease milliseconds if given and shorter,
 -- taking a fence first if e asks for one. It returns the token and the
 -- fence (0 without); nil and 'junk' for an entry that is not one; nothing
--- when no fence can be taken here (the counter is not local while a slot
--- migrates, or not an integer).
+-- when no fence can be taken here (the counter is missing, or not local
+-- while a slot migrates, or not an integer).
 local function grant(k, e, lease)
   local ttl, f, tok = entry_parts(e)
   if not tok then return nil, 'junk' end
   local fence = 0
   if f == '1' then
-    fence = take_fence(k .. FENCE_SUFFIX)
+    -- Only a counter that is here: the waiter's own attempt, which
+    -- declares it, takes the first fence.
+    fence = take_fence(k .. FENCE_SUFFIX, true)
     if not fence then return nil end
   end
   if lease and lease < ttl then ttl = lease end
