@@ -110,29 +110,13 @@ func waiterThroughMigratingSlot(t *testing.T, addrs []string, waiterOpts []manag
 	}
 	defer finish()
 
-	type result struct {
-		l   *manager.Lock
-		err error
-	}
-	got := make(chan result, 1)
-	go func() {
-		l, err := waiterM.Acquire(ctx, res, manager.WithWait(20*time.Second))
-		got <- result{l, err}
-	}()
-	for tryAgains.Load() == 0 { // the waiter could not queue
-		select {
-		case r := <-got:
-			t.Fatalf("the waiter returned before the release: %v", r.err)
-		case <-ctx.Done():
-			t.Fatal("the waiter never met TRYAGAIN: the slot is not migrating")
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+	got := startWaiter(ctx, waiterM, res)
+	waitBeforeRelease(t, ctx, got, "the waiter never met TRYAGAIN: the slot is not migrating", func() bool { return tryAgains.Load() > 0 })
 	released := time.Now()
 	if err := h.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	var r result
+	var r waited
 	select {
 	case r = <-got:
 	case <-time.After(3 * time.Second):
@@ -182,25 +166,9 @@ func TestHandOverCreatesNoFenceCounter(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := h.Key()
-	type result struct {
-		l   *manager.Lock
-		err error
-	}
-	got := make(chan result, 1)
-	go func() {
-		l, err := waiterM.Acquire(ctx, res, manager.WithWait(20*time.Second))
-		got <- result{l, err}
-	}()
+	got := startWaiter(ctx, waiterM, res)
 	queue := sharding.QueueKey(key)
-	for admin.LLen(ctx, queue).Val() != 1 {
-		select {
-		case r := <-got:
-			t.Fatalf("the waiter returned before the release: %v", r.err)
-		case <-ctx.Done():
-			t.Fatal("the waiter never queued")
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+	waitBeforeRelease(t, ctx, got, "the waiter never queued", func() bool { return admin.LLen(ctx, queue).Val() == 1 })
 
 	// The lock key and its queue move; the fence counter stays behind.
 	slot := sharding.Slot(key)
@@ -230,5 +198,37 @@ func TestHandOverCreatesNoFenceCounter(t *testing.T) {
 	defer r.l.Release(ctx)
 	if r.l.Fence() <= h.Fence() {
 		t.Fatalf("the waiter's fence %d is not above the holder's %d", r.l.Fence(), h.Fence())
+	}
+}
+
+// waited is what a waiter's Acquire returned.
+type waited struct {
+	l   *manager.Lock
+	err error
+}
+
+// startWaiter runs m's Acquire of res (waiting up to 20 s) in the
+// background.
+func startWaiter(ctx context.Context, m *manager.Manager, res string) <-chan waited {
+	got := make(chan waited, 1)
+	go func() {
+		l, err := m.Acquire(ctx, res, manager.WithWait(20*time.Second))
+		got <- waited{l, err}
+	}()
+	return got
+}
+
+// waitBeforeRelease waits until cond holds, failing if the waiter returns
+// first or ctx ends (saying what).
+func waitBeforeRelease(t *testing.T, ctx context.Context, got <-chan waited, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case r := <-got:
+			t.Fatalf("the waiter returned before the release: %v", r.err)
+		case <-ctx.Done():
+			t.Fatal(what)
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
 }
