@@ -342,7 +342,7 @@ func (co *coalescer) send(node *redis.Client, batch []*queued) {
 		}
 	}
 	for _, q := range batch {
-		if err := q.cmd.Err(); co.resendable(err) && !(isTryAgain(err) && fallsBackOnTryAgain(q.ctx)) {
+		if co.sendsAgain(q.ctx, q.cmd.Err()) {
 			co.wg.Go(func() { co.resend(q) })
 		} else {
 			close(q.done)
@@ -401,7 +401,7 @@ func (co *coalescer) sendAgain(ctx context.Context, cmd redis.Cmder, wanted func
 func (co *coalescer) sendOwn(ctx context.Context, node *redis.Client, cmd redis.Cmder) error {
 	_ = node.Process(ctx, noRetry{cmd})
 	err := cmd.Err()
-	if co.resendable(err) && !(isTryAgain(err) && fallsBackOnTryAgain(ctx)) {
+	if co.sendsAgain(ctx, err) {
 		co.sendAgain(ctx, cmd, func() bool { return true })
 		err = cmd.Err()
 	}
@@ -420,6 +420,13 @@ func (co *coalescer) resendable(err error) bool {
 		co.cc.ReloadState(context.Background()) // lazy: go-redis reloads once, in the background
 	}
 	return co.again(err) || closed
+}
+
+// sendsAgain reports whether a command of ctx whose send ended with err is
+// to be sent again (resendable), unless it is a TRYAGAIN its caller takes
+// another way (withTryAgainFallback).
+func (co *coalescer) sendsAgain(ctx context.Context, err error) bool {
+	return co.resendable(err) && !(isTryAgain(err) && fallsBackOnTryAgain(ctx))
 }
 
 func (co *coalescer) isClosed() bool {

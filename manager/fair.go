@@ -457,15 +457,7 @@ func (m *Manager) attemptQueued(ctx context.Context, key string, w *fairWaiter, 
 // waiter (localQueues.freed). A waiter that takes the key this way takes its
 // entry out of the queue, if it was queued.
 func (m *Manager) attemptUnqueued(ctx context.Context, key string, w *fairWaiter, ac *acquireConfig, recheck bool, entry string) (status int, fence uint64, err error) {
-	keys := []string{key}
-	if ac.fencing {
-		keys = append(keys, sharding.FenceKey(key))
-	}
-	res, err := scripts.AcquireBatch.Run(ctx, m.cmd, keys, w.token, ac.ttlMs, luaFlag(ac.fencing), luaFlag(true), luaFlag(true)).Slice()
-	if err != nil {
-		return 0, 0, err
-	}
-	status, fences, _, err := parseBatchReply(res, ac.fencing)
+	status, fences, _, _, err := m.attemptBatch(ctx, &batchInfo{keys: []string{key}}, w.token, ac, true, true)
 	if err != nil || status == attemptContended {
 		return status, 0, err
 	}
