@@ -69,6 +69,7 @@ type fairWaiter struct {
 	// re-check read; zero when unknown.
 	expires time.Time
 	took    bool // acquired: by a hand-over, or by finding its own token (a re-check)
+	heard   bool // a hand-over to it was announced
 	// handing: a release of this process's holder is queueing w or handing
 	// it the lock (nextForRelease); w makes no attempt of its own until
 	// afterRelease settles it, or w's entry would be queued twice.
@@ -403,6 +404,7 @@ func (lq *localQueues) announced(key, payload string) {
 		return
 	}
 	fence, _ := strconv.ParseUint(fenceStr, 10, 64)
+	q.head.heard = true
 	q.head.send(grantMsg{fence: fence, validFrom: q.head.regAt, claimed: true})
 }
 
@@ -438,6 +440,11 @@ func (m *Manager) attemptQueued(ctx context.Context, key string, w *fairWaiter, 
 		w.token, ac.ttlMs, luaFlag(ac.fencing), entry, luaFlag(recheck)).Slice()
 	status, fence, err = parseFenced(res, err)
 	m.queues.afterQueuedAttempt(w, entry, recheck, status, fence, err)
+	if err == nil && recheck && status == attemptReplay && m.notify != nil && !m.queues.heard(w) {
+		// Handed over with no announcement heard: the subscription may
+		// be gone unseen.
+		m.notify.missed(key)
+	}
 	if isTryAgain(err) {
 		return m.attemptUnqueued(ctx, key, w, ac, recheck, entry)
 	}
@@ -468,6 +475,13 @@ func (m *Manager) attemptUnqueued(ctx context.Context, key string, w *fairWaiter
 		fence = fences[0]
 	}
 	return status, fence, nil
+}
+
+// heard reports whether a hand-over to w was announced.
+func (lq *localQueues) heard(w *fairWaiter) bool {
+	lq.mu.Lock()
+	defer lq.mu.Unlock()
+	return w.heard
 }
 
 // afterQueuedAttempt records what a queue script's attempt for w (with

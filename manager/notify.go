@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,8 +21,16 @@ import (
 // subscribed for subscribeLinger after its last waiter leaves (at most
 // maxIdleSubs channels at a time), so that a process that waits for the
 // same lock again and again subscribes once, not once per wait. Delivery
-// is at most once and a slot that moves drops its subscribers, so waiters
-// also re-check on a timer.
+// is at most once, so waiters also re-check on a timer.
+//
+// A slot that leaves a node drops the subscribers of its channels there
+// (the server says "sunsubscribe"): a channel that is still watched is
+// subscribed again at once, on the slot's new node. On a cluster a
+// subscription counts once the server confirms it: a node that does not
+// serve the channel's slot (the client's slot map is behind a migration or
+// a failover) answers MOVED, which go-redis's pub/sub connection drops
+// unseen; such a subscription is left, the slot map reloaded, and the
+// channel subscribed again (subscribeAttempts).
 type notifier struct {
 	m *Manager
 
@@ -33,6 +42,7 @@ type notifier struct {
 	mu       sync.Mutex
 	nodes    map[string]*nodeSub
 	chans    map[string]*chanWaiters
+	subs     map[string]*subscribing // the channels being subscribed: one attempt at a time each
 	closed   bool
 	idle     int  // subscribed channels nobody watches (idleAt set)
 	sweeping bool // the sweep goroutine runs
@@ -54,11 +64,20 @@ type nodeSub struct {
 }
 
 type chanWaiters struct {
-	node     *nodeSub      // nil while not subscribed
-	pending  chan struct{} // closed when the subscription attempt in flight ends; nil if none
+	node     *nodeSub // nil while not subscribed
 	watchers int
 	wakers   map[chan struct{}]struct{} // batch waiters, woken when the key is announced free
 	idleAt   time.Time                  // when the last watcher left, while subscribed; zero while watched
+}
+
+// subscribing is a channel's subscription in the making. Guarded by
+// notifier.mu.
+type subscribing struct {
+	sent chan struct{} // closed when its first SSUBSCRIBE is sent, or the first attempt failed
+	// confirm is closed when on's server confirms the SSUBSCRIBE awaiting
+	// it; nil when none awaits.
+	confirm chan struct{}
+	on      *nodeSub
 }
 
 // freePayload is what the release scripts publish when a key that waiters
@@ -69,9 +88,23 @@ const freePayload = "free"
 // subscription before it waits anyway (it re-checks on a timer).
 const subscribeWait = time.Second
 
+// A cluster's SSUBSCRIBE that the server has not confirmed within
+// subscribeConfirm is taken to have failed; a channel is subscribed up to
+// subscribeAttempts times in a row, subscribePause apart (doubled each
+// time), while it is watched. resubscribePause is the pause before a
+// channel the server dropped is subscribed again: the slot map reload it
+// asks for is in by then.
+const (
+	subscribeConfirm  = 200 * time.Millisecond
+	subscribeAttempts = 5
+	subscribePause    = 25 * time.Millisecond
+	resubscribePause  = 10 * time.Millisecond
+)
+
 func newNotifier(m *Manager) *notifier {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &notifier{m: m, ctx: ctx, cancel: cancel, nodes: map[string]*nodeSub{}, chans: map[string]*chanWaiters{}}
+	return &notifier{m: m, ctx: ctx, cancel: cancel, nodes: map[string]*nodeSub{}, chans: map[string]*chanWaiters{},
+		subs: map[string]*subscribing{}}
 }
 
 // watch keeps the channel of the lock at key subscribed, subscribing it
@@ -96,7 +129,7 @@ func (n *notifier) watch(ctx context.Context, key string, until time.Time) (unwa
 		n.idle--
 	}
 	cw.watchers++
-	pending := n.subscribeLocked(key, ch, cw)
+	pending := n.subscribeLocked(key, ch, cw, again{})
 	n.mu.Unlock()
 	if pending != nil {
 		wait := subscribeWait
@@ -114,56 +147,152 @@ func (n *notifier) watch(ctx context.Context, key string, until time.Time) (unwa
 	return func() { n.unwatch(ch) }
 }
 
+// again says why a channel is subscribed again; zero for a first
+// subscription.
+type again struct {
+	pause time.Duration // before the first attempt
+	old   *nodeSub      // the subscription it had: left once it is made on another node
+	moved bool          // old's server dropped it (its slot left): not sent there again, but for the last attempt
+}
+
 // subscribeLocked starts subscribing cw's channel ch, unless it is
 // subscribed or being subscribed, and returns the channel that closes when
-// the attempt ends (nil when subscribed). n.mu must be held.
-func (n *notifier) subscribeLocked(key, ch string, cw *chanWaiters) chan struct{} {
+// the first SSUBSCRIBE is sent (nil when subscribed). n.mu must be held.
+func (n *notifier) subscribeLocked(key, ch string, cw *chanWaiters, why again) chan struct{} {
 	if cw.node != nil {
 		return nil
 	}
-	if cw.pending == nil {
-		p := make(chan struct{})
-		cw.pending = p
-		n.wg.Go(func() { n.subscribe(key, ch, cw, p) })
+	sub := n.subs[ch]
+	if sub == nil {
+		sub = &subscribing{sent: make(chan struct{})}
+		n.subs[ch] = sub
+		n.wg.Go(func() { n.subscribe(key, ch, sub, why) })
 	}
-	return cw.pending
+	return sub.sent
 }
 
-// subscribe subscribes ch on the connection of the node serving key, then
-// records it on cw (or, if nobody watches ch any more, unsubscribes), and
-// closes p.
-func (n *notifier) subscribe(key, ch string, cw *chanWaiters, p chan struct{}) {
-	defer close(p)
-	ctx, cancel := context.WithTimeout(n.ctx, subscribeWait)
-	defer cancel()
+// subscribe subscribes ch on the connection of the node serving key, up
+// to subscribeAttempts times while it is watched and not confirmed (see
+// trySubscribe), then records the node on the channel's watchers (or, if
+// nobody watches ch any more, unsubscribes).
+func (n *notifier) subscribe(key, ch string, sub *subscribing, why again) {
+	sent := sync.OnceFunc(func() { close(sub.sent) })
+	defer sent()
 	var ns *nodeSub
-	node, err := n.m.topo.masterFor(ctx, key)
-	if err == nil && node != nil {
-		if ns = n.nodeSub(node); ns != nil {
-			n.subscribes.Add(1)
-			err = ns.ps.SSubscribe(ctx, ch)
+	pause, wait := why.pause, subscribePause
+	for attempt := 1; attempt <= subscribeAttempts; attempt++ {
+		if pause > 0 && !n.pause(pause) {
+			break
 		}
+		var avoid *nodeSub
+		if why.moved && attempt < subscribeAttempts {
+			avoid = why.old
+		}
+		if ns = n.trySubscribe(key, ch, sub, sent, avoid); ns != nil || !n.watched(ch) {
+			break
+		}
+		pause, wait = wait, 2*wait
 	}
 	n.mu.Lock()
-	cw.pending = nil
-	watched := false
-	if err == nil && ns != nil && !n.closed {
-		if cur := n.chans[ch]; cur != nil {
-			watched = true
-			if cur.node == nil {
-				cur.node = ns
-			}
-		}
+	delete(n.subs, ch)
+	cw := n.chans[ch]
+	watched := ns != nil && !n.closed && cw != nil
+	if watched && cw.node == nil {
+		cw.node = ns
 	}
 	n.mu.Unlock()
-	switch {
-	case err != nil:
-		n.m.log.Debug("subscribe failed; waiting by polling", zap.String("event", "subscribe_failed"), zap.Error(err))
-	case ns != nil && !watched:
-		n.unsubscribes.Add(1)
-		_ = ns.ps.SUnsubscribe(ctx, ch) // nobody watches it any more
+	if ns != nil && !watched {
+		n.unsubscribe(ns, ch) // nobody watches it any more
+	}
+	if old := why.old; ns != nil && old != nil && old != ns {
+		// Or go-redis sends it to old's node again on a new connection.
+		n.wg.Go(func() { n.unsubscribe(old, ch) })
 	}
 }
+
+// watched reports whether a waiter of this Manager watches ch.
+func (n *notifier) watched(ch string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	cw := n.chans[ch]
+	return !n.closed && cw != nil && cw.watchers > 0
+}
+
+// pause waits d, or less if the notifier closes; it reports whether d
+// passed.
+func (n *notifier) pause(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-n.ctx.Done():
+		return false
+	}
+}
+
+// trySubscribe sends SSUBSCRIBE ch to the node serving key, calls sent,
+// and on a cluster waits up to subscribeConfirm for the server to confirm
+// it. It returns the node's subscription, or nil when the attempt failed:
+// then an unconfirmed channel is left again (go-redis would send it again
+// on a new connection) and the cluster's slot map is reloaded. When the
+// slot map names node avoid, it reloads the map and sends nothing.
+func (n *notifier) trySubscribe(key, ch string, sub *subscribing, sent func(), avoid *nodeSub) *nodeSub {
+	ctx, cancel := context.WithTimeout(n.ctx, subscribeWait)
+	defer cancel()
+	defer sent()
+	node, err := n.m.topo.masterFor(ctx, key)
+	var ns *nodeSub
+	if err == nil && node != nil {
+		ns = n.nodeSub(node)
+	}
+	if ns == nil || ns == avoid {
+		if err != nil {
+			n.m.log.Debug("subscribe failed; waiting by polling", zap.String("event", "subscribe_failed"), zap.Error(err))
+		}
+		if ns != nil {
+			n.m.topo.reload(ctx)
+		}
+		return nil
+	}
+	var confirmed chan struct{}
+	if n.m.topo.cc != nil {
+		confirmed = make(chan struct{})
+		n.mu.Lock()
+		sub.confirm, sub.on = confirmed, ns
+		n.mu.Unlock()
+	}
+	n.subscribes.Add(1)
+	err = ns.ps.SSubscribe(ctx, ch)
+	sent()
+	if err == nil && confirmed != nil {
+		t := time.NewTimer(subscribeConfirm)
+		select {
+		case <-confirmed:
+		case <-t.C:
+			err = errUnconfirmed
+		case <-ctx.Done():
+			err = ctx.Err()
+		}
+		t.Stop()
+		n.mu.Lock()
+		sub.confirm, sub.on = nil, nil
+		n.mu.Unlock()
+		if err != nil {
+			n.unsubscribes.Add(1)
+			_ = ns.ps.SUnsubscribe(ctx, ch)
+			n.m.topo.reload(ctx)
+		}
+	}
+	if err != nil {
+		n.m.log.Debug("subscribe failed; waiting by polling", zap.String("event", "subscribe_failed"), zap.Error(err))
+		return nil
+	}
+	return ns
+}
+
+// errUnconfirmed: the server did not confirm an SSUBSCRIBE in time.
+var errUnconfirmed = errors.New("shardlock: the server did not confirm the subscription")
 
 // nodeSub returns the subscription connection of node, making it (no I/O:
 // the connection is made by its first command) if needed; nil once closed.
@@ -324,23 +453,65 @@ func (n *notifier) deliver(ns *nodeSub, msgs <-chan any) {
 			}
 			continue
 		case *redis.Subscription:
-			if v.Kind != "sunsubscribe" {
+			switch v.Kind {
+			case "ssubscribe":
+				n.confirmed(ns, v.Channel)
+				continue
+			case "sunsubscribe":
+				// The server dropped the channel (its slot moved) or we left it.
+				ch, dropped = v.Channel, true
+			default:
 				continue
 			}
-			// The server dropped the channel (its slot moved) or we left it.
-			ch, dropped = v.Channel, true
 		default:
 			continue
 		}
 		n.mu.Lock()
+		resubscribe := false
 		if cw := n.chans[ch]; cw != nil && dropped && cw.node == ns {
-			cw.node = nil // the next refresh subscribes again, on the slot's new node
-			if !cw.idleAt.IsZero() {
+			cw.node = nil
+			switch {
+			case !cw.idleAt.IsZero():
 				delete(n.chans, ch) // nobody watches it: nothing to subscribe again
 				n.idle--
+			case cw.watchers > 0 && !n.closed:
+				// Subscribe again, on the slot's new node, once the
+				// slot map has been reloaded.
+				n.subscribeLocked(channelKey(ch), ch, cw, again{pause: resubscribePause, old: ns, moved: true})
+				resubscribe = true
 			}
 		}
 		n.mu.Unlock()
+		if resubscribe {
+			n.m.topo.reload(n.ctx)
+		}
+	}
+}
+
+// missed subscribes key's channel again: a waiter of this Manager found
+// the lock handed to it by a re-check, with no announcement heard. The
+// subscription may be gone without a word: its node failed over, or the
+// connection was made again to a node that no longer serves the slot
+// (go-redis subscribes its channels again and drops the MOVED replies).
+func (n *notifier) missed(key string) {
+	ch := sharding.ChannelName(key)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if cw := n.chans[ch]; cw != nil && cw.node != nil && !n.closed {
+		old := cw.node
+		cw.node = nil
+		n.subscribeLocked(key, ch, cw, again{old: old})
+	}
+}
+
+// confirmed marks the subscription of ch on ns that awaits the server's
+// confirmation as confirmed.
+func (n *notifier) confirmed(ns *nodeSub, ch string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if sub := n.subs[ch]; sub != nil && sub.confirm != nil && sub.on == ns {
+		close(sub.confirm)
+		sub.confirm, sub.on = nil, nil
 	}
 }
 
@@ -365,6 +536,6 @@ func (n *notifier) refresh(key string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if cw := n.chans[ch]; cw != nil && !n.closed {
-		n.subscribeLocked(key, ch, cw)
+		n.subscribeLocked(key, ch, cw, again{})
 	}
 }

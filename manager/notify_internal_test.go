@@ -116,3 +116,92 @@ func TestSubscriptionLingers(t *testing.T) {
 		})
 	}
 }
+
+// A waiter whose re-check finds the lock handed to it, with no
+// announcement heard, subscribes its channel again: its subscription may
+// be gone without a word (a failed-over node, or a connection made again to
+// a node that no longer serves the slot). Here the subscription is taken
+// away behind the notifier's back.
+func TestMissedHandOverSubscribesAgain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	holder, err := New(ctx, testenv.Cluster(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(context.Background())
+	cc := testenv.Cluster(t)
+	m, err := New(ctx, cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(context.Background())
+	res := testenv.Unique("missed")
+	h, err := holder.TryAcquire(ctx, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := h.Key()
+	ch := sharding.ChannelName(key)
+	owner, err := cc.MasterForKey(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subscribers := func() int64 {
+		v, err := owner.Do(ctx, "pubsub", "shardnumsub", ch).Slice()
+		if err != nil || len(v) != 2 {
+			return -1
+		}
+		n, _ := v[1].(int64)
+		return n
+	}
+	// Two waiters: the second keeps the channel watched once the first
+	// has the lock.
+	got := make(chan *Lock, 2)
+	for range 2 {
+		go func() {
+			l, err := m.Acquire(ctx, res)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- l
+		}()
+	}
+	eventually := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal(what)
+			}
+		}
+	}
+	eventually("the waiter never queued", func() bool {
+		return cc.LLen(ctx, sharding.QueueKey(key)).Val() == 1 && subscribers() == 1
+	})
+	// The notifier still believes itself subscribed; the server no longer
+	// has the subscription.
+	gone := &nodeSub{addr: "gone", ps: owner.SSubscribe(ctx)}
+	defer gone.ps.Close()
+	m.notify.mu.Lock()
+	real := m.notify.chans[ch].node
+	m.notify.chans[ch].node = gone
+	m.notify.mu.Unlock()
+	if err := real.ps.SUnsubscribe(ctx, ch); err != nil {
+		t.Fatal(err)
+	}
+	eventually("the subscription is still there", func() bool { return subscribers() == 0 })
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first := <-got
+	if first == nil {
+		t.FailNow()
+	}
+	eventually("the channel was not subscribed again after the missed hand-over", func() bool { return subscribers() == 1 })
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if second := <-got; second != nil {
+		_ = second.Release(ctx)
+	}
+}

@@ -2,6 +2,7 @@ package faults
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -230,5 +231,102 @@ func waitBeforeRelease(t *testing.T, ctx context.Context, got <-chan waited, wha
 			t.Fatal(what)
 		case <-time.After(5 * time.Millisecond):
 		}
+	}
+}
+
+// slowSlotsHook delays a node client's CLUSTER SLOTS (how go-redis reads
+// the slot map) by 300 ms once armed, so that the cluster client's slot map
+// stays behind a migration for that long.
+type slowSlotsHook struct{ armed *atomic.Bool }
+
+func (h slowSlotsHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h slowSlotsHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.armed.Load() && cmd.Name() == "cluster" && strings.EqualFold(fmt.Sprint(cmd.Args()[1]), "slots") {
+			time.Sleep(300 * time.Millisecond)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h slowSlotsHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// A waiter's subscription follows its lock's slot: when the slot leaves a
+// node, the server drops the subscribers of the slot's channels, and the
+// waiter subscribes again on the slot's new node, so that it hears the
+// release that hands it the lock. Its slot map stays behind the migration
+// for a while (slowSlotsHook): its first SSUBSCRIBE goes to the old node,
+// which answers MOVED. Its retry strategy is so slow that only the
+// announcement can wake it in time.
+func TestSubscriptionFollowsMigratedSlot(t *testing.T) {
+	addrs := testenv.FaultClusterAddrs(t)
+	waitClusterOK(t, addrs, 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	defer admin.Close()
+	var slow atomic.Bool
+	newManager := func(h redis.Hook, opts ...manager.Option) *manager.Manager {
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+		if h != nil {
+			c.OnNewNode(func(n *redis.Client) { n.AddHook(h) })
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		m, err := manager.New(ctx, c, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = m.Close(context.Background()) })
+		return m
+	}
+	holderM := newManager(nil, manager.WithOwner("holder"))
+	waiterM := newManager(slowSlotsHook{&slow}, manager.WithOwner("waiter"), manager.WithRetry(manager.LinearBackoff(10*time.Second)))
+
+	res := testenv.Unique("migsub")
+	h, err := holderM.TryAcquire(ctx, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := h.Key()
+	slot := sharding.Slot(key)
+	source, _ := masterOf(t, ctx, admin, slot)
+	src, dst := node(source), node(otherMaster(t, ctx, admin, source))
+	defer src.Close()
+	defer dst.Close()
+	ch := sharding.ChannelName(key)
+	subscribed := func(c *redis.Client) bool {
+		v, err := c.Do(ctx, "pubsub", "shardnumsub", ch).Slice()
+		return err == nil && len(v) == 2 && v[1] == int64(1)
+	}
+	got := startWaiter(ctx, waiterM, res)
+	waitBeforeRelease(t, ctx, got, "the waiter never queued", func() bool {
+		return admin.LLen(ctx, sharding.QueueKey(key)).Val() == 1 && subscribed(src)
+	})
+
+	slow.Store(true)
+	if err := startMigration(ctx, src, dst, slot); err != nil {
+		t.Fatal(err)
+	}
+	if err := finishMigration(ctx, addrs, src, dst, slot); err != nil {
+		repairMigration(t, ctx, addrs, src, dst, slot)
+		t.Fatalf("migration: %v", err)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer wcancel()
+	waitBeforeRelease(t, wctx, got, "5 s after the migration the waiter is not subscribed on the slot's new node", func() bool { return subscribed(dst) })
+	released := time.Now()
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-got:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		t.Logf("the waiter took the lock %v after the release", time.Since(released))
+		_ = r.l.Release(ctx)
+	case <-time.After(3 * time.Second):
+		t.Fatal("the waiter did not hear the release that handed it the lock")
 	}
 }
