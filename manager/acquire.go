@@ -449,8 +449,16 @@ func (a *acquirer) between(res attemptResult) (*Lock, error, bool) {
 	}
 	if a.fw != nil && !a.ac.retrySet {
 		// Queued, the default strategy re-checks at most every
-		// fairRecheck: the release before hands the lock over.
-		d = max(d, min(fairRecheck, time.Until(a.waitUntil)))
+		// fairRecheck: the release before hands the lock over. While the
+		// lock's channel is not subscribed (its slot moved, its node
+		// failed over), hand-overs go unheard: it re-checks every
+		// fairRecheck.
+		recheck := min(fairRecheck, time.Until(a.waitUntil))
+		if a.m.notify.hearing(a.tg.key) {
+			d = max(d, recheck)
+		} else {
+			d = recheck
+		}
 	}
 	if a.transient {
 		// Redis failed rather than the lock being held: look again soon,

@@ -408,10 +408,11 @@ func (lq *localQueues) announced(key, payload string) {
 	q.head.send(grantMsg{fence: fence, validFrom: q.head.regAt, claimed: true})
 }
 
-// freed wakes the waiter whose turn it is for key, when the key was
-// deleted with nobody handed it (release.lua's "free"): it looks at once,
-// and takes the key, rather than at its next re-check.
-func (lq *localQueues) freed(key string) {
+// lookNow wakes the waiter whose turn it is for key to look at once,
+// rather than at its next re-check: when the key was deleted with nobody
+// handed it (release.lua's "free"), it takes the key; when its channel was
+// subscribed again, it finds a hand-over announced while nobody listened.
+func (lq *localQueues) lookNow(key string) {
 	if lq.active.Load() == 0 {
 		return
 	}

@@ -30,7 +30,13 @@ import (
 // serve the channel's slot (the client's slot map is behind a migration or
 // a failover) answers MOVED, which go-redis's pub/sub connection drops
 // unseen; such a subscription is left, the slot map reloaded, and the
-// channel subscribed again (subscribeAttempts).
+// channel subscribed again (subscribeAttempts). A subscription can also
+// be lost without a word (a node that failed over; a connection that
+// go-redis made again to a node that lost the slot): a waiter whose
+// re-check finds the lock handed to it with nothing heard subscribes its
+// channel again (missed). While a channel is not subscribed its waiters
+// re-check every fairRecheck, and they look at once when it is subscribed
+// again.
 type notifier struct {
 	m *Manager
 
@@ -95,7 +101,7 @@ const subscribeWait = time.Second
 // channel the server dropped is subscribed again: the slot map reload it
 // asks for is in by then.
 const (
-	subscribeConfirm  = 200 * time.Millisecond
+	subscribeConfirm  = 500 * time.Millisecond
 	subscribeAttempts = 5
 	subscribePause    = 25 * time.Millisecond
 	resubscribePause  = 10 * time.Millisecond
@@ -204,10 +210,23 @@ func (n *notifier) subscribe(key, ch string, sub *subscribing, why again) {
 	if ns != nil && !watched {
 		n.unsubscribe(ns, ch) // nobody watches it any more
 	}
+	if watched && why.old != nil {
+		// Subscribed again: what was announced meanwhile went unheard.
+		n.wakeFree(ch)
+		n.m.queues.lookNow(key)
+	}
 	if old := why.old; ns != nil && old != nil && old != ns {
 		// Or go-redis sends it to old's node again on a new connection.
 		n.wg.Go(func() { n.unsubscribe(old, ch) })
 	}
+}
+
+// hearing reports whether the channel of the lock at key is subscribed.
+func (n *notifier) hearing(key string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	cw := n.chans[sharding.ChannelName(key)]
+	return cw != nil && cw.node != nil
 }
 
 // watched reports whether a waiter of this Manager watches ch.
@@ -447,7 +466,7 @@ func (n *notifier) deliver(ns *nodeSub, msgs <-chan any) {
 		case *redis.Message:
 			if v.Payload == freePayload {
 				n.wakeFree(v.Channel)
-				n.m.queues.freed(channelKey(v.Channel))
+				n.m.queues.lookNow(channelKey(v.Channel))
 			} else {
 				n.m.queues.announced(channelKey(v.Channel), v.Payload)
 			}
