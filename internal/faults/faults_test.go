@@ -785,6 +785,35 @@ func TestFaults(t *testing.T) {
 		// killed master held (the load's keys that reached the replica
 		// hold out until then).
 		time.Sleep(4 * time.Second)
+		// The load's waiters hear hand-overs again: each exclusive lock's
+		// channel is subscribed on its new master by both managers (the
+		// old master's subscriptions went with it, without a word).
+		for _, r := range load[:len(load)-1] {
+			k, _ := sharding.LockKey(sharding.DefaultPrefix, r)
+			slots, err := slotmap.Read(ctx, admin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sr, _ := slots.Of(sharding.Slot(k))
+			now := sr.Master
+			n := node(now)
+			subs := func() int64 {
+				v, err := n.Do(ctx, "pubsub", "shardnumsub", sharding.ChannelName(k)).Slice()
+				if err != nil || len(v) != 2 {
+					return -1
+				}
+				c, _ := v[1].(int64)
+				return c
+			}
+			for i := 0; subs() != 2; i++ {
+				if i == 200 {
+					t.Errorf("%s: %d subscribers on its new master %s, want 2", r, subs(), now)
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			_ = n.Close()
+		}
 		stopLoad()
 		<-loaded
 		took := <-promoted
