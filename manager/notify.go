@@ -80,10 +80,10 @@ type chanWaiters struct {
 // notifier.mu.
 type subscribing struct {
 	sent chan struct{} // closed when its first SSUBSCRIBE is sent, or the first attempt failed
+	on   *nodeSub      // the node subscription of its attempt, nil between attempts
 	// confirm is closed when on's server confirms the SSUBSCRIBE awaiting
 	// it; nil when none awaits.
 	confirm chan struct{}
-	on      *nodeSub
 }
 
 // freePayload is what the release scripts publish when a key that waiters
@@ -217,7 +217,10 @@ func (n *notifier) subscribe(key, ch string, sub *subscribing, why again) {
 	}
 	if old := why.old; ns != nil && old != nil && old != ns {
 		// Or go-redis sends it to old's node again on a new connection.
-		n.wg.Go(func() { n.unsubscribe(old, ch) })
+		n.wg.Go(func() {
+			n.unsubscribe(old, ch)
+			n.closeIfUnused(old)
+		})
 	}
 }
 
@@ -263,13 +266,16 @@ func (n *notifier) trySubscribe(key, ch string, sub *subscribing, sent func(), a
 	node, err := n.m.topo.masterFor(ctx, key)
 	var ns *nodeSub
 	if err == nil && node != nil {
-		ns = n.nodeSub(node)
+		ns = n.nodeSub(node, sub)
 	}
 	if ns == nil || ns == avoid {
 		if err != nil {
 			n.m.log.Debug("subscribe failed; waiting by polling", zap.String("event", "subscribe_failed"), zap.Error(err))
 		}
 		if ns != nil {
+			n.mu.Lock()
+			sub.on = nil
+			n.mu.Unlock()
 			n.m.topo.reload(ctx)
 		}
 		return nil
@@ -278,7 +284,7 @@ func (n *notifier) trySubscribe(key, ch string, sub *subscribing, sent func(), a
 	if n.m.topo.cc != nil {
 		confirmed = make(chan struct{})
 		n.mu.Lock()
-		sub.confirm, sub.on = confirmed, ns
+		sub.confirm = confirmed
 		n.mu.Unlock()
 	}
 	n.subscribes.Add(1)
@@ -295,7 +301,7 @@ func (n *notifier) trySubscribe(key, ch string, sub *subscribing, sent func(), a
 		}
 		t.Stop()
 		n.mu.Lock()
-		sub.confirm, sub.on = nil, nil
+		sub.confirm = nil
 		n.mu.Unlock()
 		if err != nil {
 			n.unsubscribes.Add(1)
@@ -305,6 +311,9 @@ func (n *notifier) trySubscribe(key, ch string, sub *subscribing, sent func(), a
 	}
 	if err != nil {
 		n.m.log.Debug("subscribe failed; waiting by polling", zap.String("event", "subscribe_failed"), zap.Error(err))
+		n.mu.Lock()
+		sub.on = nil
+		n.mu.Unlock()
 		return nil
 	}
 	return ns
@@ -314,8 +323,9 @@ func (n *notifier) trySubscribe(key, ch string, sub *subscribing, sent func(), a
 var errUnconfirmed = errors.New("shardlock: the server did not confirm the subscription")
 
 // nodeSub returns the subscription connection of node, making it (no I/O:
-// the connection is made by its first command) if needed; nil once closed.
-func (n *notifier) nodeSub(node *redis.Client) *nodeSub {
+// the connection is made by its first command) if needed, and records it
+// as the one sub's attempt uses; nil once closed.
+func (n *notifier) nodeSub(node *redis.Client, sub *subscribing) *nodeSub {
 	addr := node.Options().Addr
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -329,7 +339,33 @@ func (n *notifier) nodeSub(node *redis.Client) *nodeSub {
 		msgs := ns.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
 		n.wg.Go(func() { n.deliver(ns, msgs) })
 	}
+	sub.on = ns
 	return ns
+}
+
+// closeIfUnused closes the subscription connection ns, and forgets it,
+// when no channel is subscribed on it and no subscription in the making
+// uses it: a node that failed over or left the cluster is not dialled
+// again and again.
+func (n *notifier) closeIfUnused(ns *nodeSub) {
+	n.mu.Lock()
+	for _, cw := range n.chans {
+		if cw.node == ns {
+			n.mu.Unlock()
+			return
+		}
+	}
+	for _, sub := range n.subs {
+		if sub.on == ns {
+			n.mu.Unlock()
+			return
+		}
+	}
+	if n.nodes[ns.addr] == ns {
+		delete(n.nodes, ns.addr)
+	}
+	n.mu.Unlock()
+	_ = ns.ps.Close()
 }
 
 // watchFree is watch for a batch waiter: it also signals wake (without

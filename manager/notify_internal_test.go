@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/shardlock/shardlock/internal/testenv"
 	"github.com/shardlock/shardlock/sharding"
 )
@@ -120,8 +121,11 @@ func TestSubscriptionLingers(t *testing.T) {
 // A waiter whose re-check finds the lock handed to it, with no
 // announcement heard, subscribes its channel again: its subscription may
 // be gone without a word (a failed-over node, or a connection made again to
-// a node that no longer serves the slot). Here the subscription is taken
-// away behind the notifier's back.
+// a node that no longer serves the slot). Here the notifier is made to
+// believe the channel subscribed on another master, as it would after a
+// failover; once the channel is subscribed on its own master again, the
+// other master's subscription connection, which nothing uses any more, is
+// closed.
 func TestMissedHandOverSubscribesAgain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -147,6 +151,13 @@ func TestMissedHandOverSubscribesAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var other *redis.Client
+	_ = cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+		if c.Options().Addr != owner.Options().Addr {
+			other = c
+		}
+		return nil
+	})
 	subscribers := func() int64 {
 		v, err := owner.Do(ctx, "pubsub", "shardnumsub", ch).Slice()
 		if err != nil || len(v) != 2 {
@@ -178,10 +189,9 @@ func TestMissedHandOverSubscribesAgain(t *testing.T) {
 	eventually("the waiter never queued", func() bool {
 		return cc.LLen(ctx, sharding.QueueKey(key)).Val() == 1 && subscribers() == 1
 	})
-	// The notifier still believes itself subscribed; the server no longer
-	// has the subscription.
-	gone := &nodeSub{addr: "gone", ps: owner.SSubscribe(ctx)}
-	defer gone.ps.Close()
+	// The notifier believes the channel subscribed on the other master;
+	// its own master no longer has the subscription.
+	gone := m.notify.nodeSub(other, &subscribing{})
 	m.notify.mu.Lock()
 	real := m.notify.chans[ch].node
 	m.notify.chans[ch].node = gone
@@ -198,6 +208,11 @@ func TestMissedHandOverSubscribesAgain(t *testing.T) {
 		t.FailNow()
 	}
 	eventually("the channel was not subscribed again after the missed hand-over", func() bool { return subscribers() == 1 })
+	eventually("the other master's subscription connection is still open", func() bool {
+		m.notify.mu.Lock()
+		defer m.notify.mu.Unlock()
+		return m.notify.nodes[other.Options().Addr] == nil
+	})
 	if err := first.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
