@@ -160,7 +160,7 @@ type acquirer struct {
 	attemptDeadline time.Time // when an attempt's reply can no longer be used
 	firstAmbiguous  time.Time // send time of the first attempt whose outcome we never learned
 	lastErr         error     // why the last attempt failed, while it was transient
-	sent            int       // attempts sent to Redis: what the retry strategy counts
+	sent            int       // attempts sent to Redis: what the retry strategy counts (see woken)
 	answered        bool      // an attempt was answered: Redis is there
 	transient       bool      // the last attempt failed for a transient reason
 	waiting         bool      // counted in the waiters gauge
@@ -181,6 +181,12 @@ type acquirer struct {
 	// wakes when one is announced free (same conditions as the fair queue).
 	batchWatch bool
 	wake       chan struct{} // signalled when a watched key is freed
+	// woken: the next attempt is one a watched key's release woke. The
+	// default strategy does not count it: every release wakes every
+	// waiter of the key, and all but one of them lose the race, so
+	// counted wake-ups would end a contended batch's wait long before
+	// DefaultWait. A strategy given with WithRetry counts every attempt.
+	woken bool
 	watched    []string      // the batch keys whose channels this waiter watches
 	unwatches  []func()
 }
@@ -274,7 +280,10 @@ func (a *acquirer) attemptN(n int) (res attemptResult, sendAt time.Time, err err
 	case a.skipOnce:
 		res.status, a.skipOnce = attemptContended, false
 	default:
-		a.sent++
+		if !a.woken || a.ac.retrySet {
+			a.sent++
+		}
+		a.woken = false
 		res, err = a.m.send(a.ctx, a.attemptDeadline, attemptArgs{
 			tg: a.tg, token: a.token, tokenArg: a.tokenArg, ac: a.ac, fw: a.fw, sendAt: sendAt,
 			// The first attempt is a plain SET NX; a waiter that will
@@ -565,6 +574,7 @@ func (a *acquirer) sleep(d time.Duration, notAcquired error) error {
 				a.granted = &g
 			}
 		case <-a.wake: // a watched batch key was freed
+			a.woken = true
 		}
 		if m.closed.Load() {
 			return a.fail(ErrClosed)

@@ -373,3 +373,49 @@ func testBatchWaiterWoken(t *testing.T, c redis.UniversalClient, held []string) 
 		t.Fatal(err)
 	}
 }
+
+// A batch contended by 20 goroutines of 4 managers, at the defaults: a
+// waiter is woken by every release of a key it waits for, and loses most
+// of those races; the attempts it makes when woken are not the default
+// strategy's, so none of them gives up long before DefaultWait.
+func TestRealBatchContendedAtDefaults(t *testing.T) {
+	c := testenv.Cluster(t)
+	res := group(t, testenv.Unique("herd"), "a", "b", "c")
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	defer cancel()
+	var ms []*manager.Manager
+	for range 4 {
+		ms = append(ms, newManager(t, c))
+	}
+	errs := make(chan error, 20)
+	start := time.Now()
+	counts := make(chan int, 20)
+	for g := range 20 {
+		m := ms[g%4]
+		go func() {
+			n := 0
+			defer func() { counts <- n }()
+			for ctx.Err() == nil {
+				l, err := m.AcquireBatch(ctx, res)
+				if err != nil {
+					if ctx.Err() == nil {
+						errs <- fmt.Errorf("after %v: %w", time.Since(start).Round(time.Millisecond), err)
+					}
+					return
+				}
+				n++
+				time.Sleep(time.Millisecond)
+				_ = l.Release(context.Background())
+			}
+		}()
+	}
+	total := 0
+	for range 20 {
+		total += <-counts
+	}
+	close(errs)
+	for err := range errs {
+		t.Errorf("a waiter gave up before its deadline, %v", err)
+	}
+	t.Logf("%d acquisitions of the batch in 4 s", total)
+}

@@ -135,6 +135,9 @@ func isNil(x any) bool {
 // DefaultRetry is Acquire's strategy unless told otherwise: exponential
 // backoff with full jitter from 50 ms, doubling up to 1 s, for at most 64
 // attempts (the seeds' 50 ms doubling, capped). DefaultWait bounds it in time.
+// Left as the default (no WithRetry), the attempts a batch waiter makes
+// when a release wakes it are not among the 64: every release of a key
+// wakes every batch waiter of it, and all but one lose the race.
 func DefaultRetry() RetryStrategy {
 	return LimitRetry(ExponentialBackoff(50*time.Millisecond, time.Second), 64)
 }
