@@ -295,7 +295,7 @@ func (m *Manager) attemptRW(ctx context.Context, a *attemptArgs) (status int, fe
 		status, fence, err = parseFenced(scripts.RWAcquire.Run(ctx, m.cmd, keys, args...).Slice())
 	}
 	if a.fw != nil {
-		m.queues.afterQueuedAttempt(a.fw, entry, recheck, status, fence, err)
+		m.afterQueuedAttempt(a.tg.key, a.fw, entry, recheck, status, fence, err)
 	}
 	if status == attemptContended {
 		fence = 0

@@ -440,12 +440,7 @@ func (m *Manager) attemptQueued(ctx context.Context, key string, w *fairWaiter, 
 	res, err := scripts.AcquireQueue.Run(withTryAgainFallback(ctx), m.cmd, keys,
 		w.token, ac.ttlMs, luaFlag(ac.fencing), entry, luaFlag(recheck)).Slice()
 	status, fence, err = parseFenced(res, err)
-	m.queues.afterQueuedAttempt(w, entry, recheck, status, fence, err)
-	if err == nil && recheck && status == attemptReplay && m.notify != nil && !m.queues.heard(w) {
-		// Handed over with no announcement heard: the subscription may
-		// be gone unseen.
-		m.notify.missed(key)
-	}
+	m.afterQueuedAttempt(key, w, entry, recheck, status, fence, err)
 	if isTryAgain(err) {
 		return m.attemptUnqueued(ctx, key, w, ac, recheck, entry)
 	}
@@ -478,18 +473,22 @@ func (m *Manager) attemptUnqueued(ctx context.Context, key string, w *fairWaiter
 	return status, fence, nil
 }
 
-// heard reports whether a hand-over to w was announced.
-func (lq *localQueues) heard(w *fairWaiter) bool {
-	lq.mu.Lock()
-	defer lq.mu.Unlock()
-	return w.heard
-}
-
-// afterQueuedAttempt records what a queue script's attempt for w (with
-// entry, a re-check or not) learned: on a re-check that found the key held,
-// its TTL (pttl, in ms), when w is to look again; on a failure that
-// queued nothing, that w's entry is not queued.
-func (lq *localQueues) afterQueuedAttempt(w *fairWaiter, entry string, recheck bool, status int, pttl uint64, err error) {
+// afterQueuedAttempt records what a queue script's attempt for w at key
+// (with entry, a re-check or not) learned: on a re-check that found the
+// key held, its TTL (pttl, in ms), when w is to look again; on a failure
+// that queued nothing, that w's entry is not queued. A re-check that found
+// the lock handed to w with no announcement heard has the key's channel
+// subscribed again (notifier.missed): the subscription may be gone unseen.
+func (m *Manager) afterQueuedAttempt(key string, w *fairWaiter, entry string, recheck bool, status int, pttl uint64, err error) {
+	lq := &m.queues
+	if err == nil && recheck && status == attemptReplay && m.notify != nil {
+		lq.mu.Lock()
+		heard := w.heard
+		lq.mu.Unlock()
+		if !heard {
+			m.notify.missed(key)
+		}
+	}
 	if err == nil && status == attemptContended && recheck && pttl > 0 {
 		lq.mu.Lock()
 		w.expires = time.Now().Add(time.Duration(pttl) * time.Millisecond)
