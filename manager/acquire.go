@@ -186,9 +186,9 @@ type acquirer struct {
 	// waiter of the key, and all but one of them lose the race, so
 	// counted wake-ups would end a contended batch's wait long before
 	// DefaultWait. A strategy given with WithRetry counts every attempt.
-	woken bool
-	watched    []string      // the batch keys whose channels this waiter watches
-	unwatches  []func()
+	woken     bool
+	watched   []string // the batch keys whose channels this waiter watches
+	unwatches []func()
 }
 
 func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig, wait bool, start time.Time) (*Lock, error) {
