@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -151,8 +152,13 @@ func TestMissedHandOverSubscribesAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var other *redis.Client
-	_ = cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
+	var (
+		mu    sync.Mutex
+		other *redis.Client
+	)
+	_ = cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error { // concurrently
+		mu.Lock()
+		defer mu.Unlock()
 		if c.Options().Addr != owner.Options().Addr {
 			other = c
 		}
