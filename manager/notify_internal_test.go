@@ -126,8 +126,19 @@ func TestSubscriptionLingers(t *testing.T) {
 // believe the channel subscribed on another master, as it would after a
 // failover; once the channel is subscribed on its own master again, the
 // other master's subscription connection, which nothing uses any more, is
-// closed.
+// closed. For an exclusive lock and a read-write lock's writer.
 func TestMissedHandOverSubscribesAgain(t *testing.T) {
+	t.Run("exclusive", func(t *testing.T) {
+		missedHandOver(t, (*Manager).TryAcquire, (*Manager).Acquire)
+	})
+	t.Run("writer", func(t *testing.T) {
+		missedHandOver(t, (*Manager).TryAcquireWrite, (*Manager).AcquireWrite)
+	})
+}
+
+type acquireFunc func(*Manager, context.Context, string, ...AcquireOption) (*Lock, error)
+
+func missedHandOver(t *testing.T, try, acquire acquireFunc) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	holder, err := New(ctx, testenv.Cluster(t))
@@ -142,7 +153,7 @@ func TestMissedHandOverSubscribesAgain(t *testing.T) {
 	}
 	defer m.Close(context.Background())
 	res := testenv.Unique("missed")
-	h, err := holder.TryAcquire(ctx, res)
+	h, err := try(holder, ctx, res)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +188,7 @@ func TestMissedHandOverSubscribesAgain(t *testing.T) {
 	got := make(chan *Lock, 2)
 	for range 2 {
 		go func() {
-			l, err := m.Acquire(ctx, res)
+			l, err := acquire(m, ctx, res)
 			if err != nil {
 				t.Error(err)
 			}
@@ -193,7 +204,8 @@ func TestMissedHandOverSubscribesAgain(t *testing.T) {
 		}
 	}
 	eventually("the waiter never queued", func() bool {
-		return cc.LLen(ctx, sharding.QueueKey(key)).Val() == 1 && subscribers() == 1
+		info, err := holder.Inspect(ctx, res)
+		return err == nil && info.Waiters == 1 && subscribers() == 1
 	})
 	// The notifier believes the channel subscribed on the other master;
 	// its own master no longer has the subscription.
