@@ -70,7 +70,8 @@ type nodeSub struct {
 }
 
 type chanWaiters struct {
-	node     *nodeSub // nil while not subscribed
+	node     *nodeSub  // nil while not subscribed
+	failedAt time.Time // when its last subscription gave up (all its attempts failed)
 	watchers int
 	wakers   map[chan struct{}]struct{} // batch waiters, woken when the key is announced free
 	idleAt   time.Time                  // when the last watcher left, while subscribed; zero while watched
@@ -97,12 +98,16 @@ const subscribeWait = time.Second
 // A cluster's SSUBSCRIBE that the server has not confirmed within
 // subscribeConfirm is taken to have failed; a channel is subscribed up to
 // subscribeAttempts times in a row, subscribePause apart (doubled each
-// time), while it is watched. resubscribePause is the pause before a
-// channel the server dropped is subscribed again: the slot map reload it
-// asks for is in by then.
+// time), while it is watched; after attempts that all failed (a server
+// that refuses the channel: an ACL user without channel permissions, which
+// Redis 7 makes by default, is answered NOPERM, dropped unseen as MOVED
+// is), a waiter's refresh subscribes it again only subscribeCooldown
+// later. resubscribePause is the pause before a channel the server dropped
+// is subscribed again: the slot map reload it asks for is in by then.
 const (
 	subscribeConfirm  = 500 * time.Millisecond
 	subscribeAttempts = 5
+	subscribeCooldown = 5 * time.Second
 	subscribePause    = 25 * time.Millisecond
 	resubscribePause  = 10 * time.Millisecond
 )
@@ -162,11 +167,16 @@ type again struct {
 }
 
 // subscribeLocked starts subscribing cw's channel ch, unless it is
-// subscribed or being subscribed, and returns the channel that closes when
-// the first SSUBSCRIBE is sent (nil when subscribed). n.mu must be held.
+// subscribed or being subscribed (or, but for a subscription made again,
+// its last one failed less than subscribeCooldown ago), and returns the
+// channel that closes when the first SSUBSCRIBE is sent (nil when none is
+// to be made). n.mu must be held.
 func (n *notifier) subscribeLocked(key, ch string, cw *chanWaiters, why again) chan struct{} {
 	if cw.node != nil {
 		return nil
+	}
+	if why.old == nil && !cw.failedAt.IsZero() && time.Since(cw.failedAt) < subscribeCooldown {
+		return nil // failed lately: the waiters re-check meanwhile
 	}
 	sub := n.subs[ch]
 	if sub == nil {
@@ -204,7 +214,10 @@ func (n *notifier) subscribe(key, ch string, sub *subscribing, why again) {
 	cw := n.chans[ch]
 	watched := ns != nil && !n.closed && cw != nil
 	if watched && cw.node == nil {
-		cw.node = ns
+		cw.node, cw.failedAt = ns, time.Time{}
+	}
+	if ns == nil && cw != nil {
+		cw.failedAt = time.Now()
 	}
 	n.mu.Unlock()
 	if ns != nil && !watched {

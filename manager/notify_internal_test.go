@@ -238,3 +238,84 @@ func missedHandOver(t *testing.T, try, acquire acquireFunc) {
 		_ = second.Release(ctx)
 	}
 }
+
+// A server that refuses the channel (an ACL user without channel
+// permissions, as Redis 7 makes them by default) answers SSUBSCRIBE with
+// NOPERM, which go-redis's pub/sub drops unseen: the subscription is never
+// confirmed. After a round of attempts, the waiter's refreshes leave the
+// channel alone for subscribeCooldown rather than start a round after
+// every re-check; the waiter, which cannot hear, still takes the lock when
+// it is released (its re-check finds it).
+func TestRefusedSubscriptionCoolsDown(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	user := testenv.Unique("nochan")
+	for _, addr := range testenv.ClusterAddrs(t) {
+		n := redis.NewClient(&redis.Options{Addr: addr})
+		if err := n.Do(ctx, "acl", "setuser", user, "on", ">pw", "~*", "+@all", "resetchannels").Err(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = n.Do(context.Background(), "acl", "deluser", user).Err()
+			_ = n.Close()
+		})
+	}
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.ClusterAddrs(t), Username: user, Password: "pw", ContextTimeoutEnabled: true})
+	defer c.Close()
+	m, err := New(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(context.Background())
+	holder, err := New(ctx, testenv.Cluster(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close(context.Background())
+	res := testenv.Unique("refused")
+	h, err := holder.TryAcquire(ctx, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := sharding.ChannelName(h.Key())
+	got := make(chan error, 1)
+	go func() {
+		l, err := m.Acquire(ctx, res)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	failed := func() bool {
+		m.notify.mu.Lock()
+		defer m.notify.mu.Unlock()
+		cw := m.notify.chans[ch]
+		return cw != nil && !cw.failedAt.IsZero()
+	}
+	for deadline := time.Now().Add(10 * time.Second); !failed(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the refused subscription never gave up")
+		}
+	}
+	sent := m.notify.subscribes.Load()
+	if sent != subscribeAttempts {
+		t.Fatalf("%d SSUBSCRIBE in the round, want %d", sent, subscribeAttempts)
+	}
+	// The waiter re-checks every 100 ms meanwhile, and each re-check's
+	// refresh would start another round.
+	time.Sleep(time.Second)
+	if again := m.notify.subscribes.Load() - sent; again != 0 {
+		t.Fatalf("%d more SSUBSCRIBE within 1 s of a round that failed", again)
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter did not take the lock after its release")
+	}
+}
