@@ -87,14 +87,7 @@ func TestSubscriptionLingers(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				got := make(chan error, 1)
-				go func() {
-					l, err := m.Acquire(ctx, res)
-					if err == nil {
-						err = l.Release(ctx)
-					}
-					got <- err
-				}()
+				got := acquireReleasing(ctx, m, res)
 				deadline := time.Now().Add(5 * time.Second)
 				for c.LLen(ctx, sharding.QueueKey(key)).Val() == 0 && time.Now().Before(deadline) {
 					time.Sleep(5 * time.Millisecond)
@@ -278,14 +271,7 @@ func TestRefusedSubscriptionCoolsDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	ch := sharding.ChannelName(h.Key())
-	got := make(chan error, 1)
-	go func() {
-		l, err := m.Acquire(ctx, res)
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		got <- err
-	}()
+	got := acquireReleasing(ctx, m, res)
 	failed := func() bool {
 		m.notify.mu.Lock()
 		defer m.notify.mu.Unlock()
@@ -318,4 +304,18 @@ func TestRefusedSubscriptionCoolsDown(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the waiter did not take the lock after its release")
 	}
+}
+
+// acquireReleasing makes m's Acquire of res, then releases the lock, in the
+// background, and sends the first error (or nil).
+func acquireReleasing(ctx context.Context, m *Manager, res string) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		l, err := m.Acquire(ctx, res)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	return got
 }
