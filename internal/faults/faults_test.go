@@ -351,6 +351,26 @@ func resourcesOn(t *testing.T, ctx context.Context, c *redis.ClusterClient, addr
 
 func node(addr string) *redis.Client { return redis.NewClient(&redis.Options{Addr: addr}) }
 
+// awaitSubscribers waits up to 2 s (polling) until the channel of the lock
+// at key has want subscribers on the server at addr: every manager's
+// waiters can hear its hand-overs there.
+func awaitSubscribers(ctx context.Context, addr, key string, want int64) error {
+	n := node(addr)
+	defer n.Close()
+	got := int64(-1)
+	for i := 0; i < 200; i++ {
+		v, err := n.Do(ctx, "pubsub", "shardnumsub", sharding.ChannelName(key)).Slice()
+		if err == nil && len(v) == 2 {
+			got, _ = v[1].(int64)
+		}
+		if got == want {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return fmt.Errorf("%d subscribers on %s, want %d", got, addr, want)
+}
+
 // otherMaster returns the address of a master other than not.
 func otherMaster(t *testing.T, ctx context.Context, c *redis.ClusterClient, not string) string {
 	t.Helper()
@@ -562,6 +582,7 @@ func TestFaults(t *testing.T) {
 			defer cancel()
 			w := workload{defaults: defaults}
 			migrated := make(chan error, 1)
+			var deaf []error // exclusive locks whose waiters cannot hear on the target
 			go func() {
 				time.Sleep(time.Second)
 				migrated <- func() error {
@@ -569,13 +590,27 @@ func TestFaults(t *testing.T) {
 						return err
 					}
 					time.Sleep(time.Second) // both states held under load
-					return finishMigration(ctx, addrs, src, dst, slot)
+					if err := finishMigration(ctx, addrs, src, dst, slot); err != nil {
+						return err
+					}
+					// The load runs 2 s more: the 4 managers' waiters
+					// follow the slot to the target.
+					for _, r := range res[:3] {
+						k, _ := sharding.LockKey(sharding.DefaultPrefix, r)
+						if err := awaitSubscribers(ctx, target, k, 4); err != nil {
+							deaf = append(deaf, fmt.Errorf("%s: %w", r, err))
+						}
+					}
+					return nil
 				}()
 			}()
 			w.run(t, run, addrs, res, 4, len(res))
 			if err := <-migrated; err != nil {
 				repairMigration(t, ctx, addrs, src, dst, slot)
 				t.Fatalf("migration: %v", err)
+			}
+			for _, err := range deaf {
+				t.Errorf("after the migration: %v", err)
 			}
 			admin.ReloadState(ctx)
 			if now, _ := masterOf(t, ctx, admin, slot); now != target {
@@ -789,24 +824,9 @@ func TestFaults(t *testing.T) {
 				t.Fatal(err)
 			}
 			sr, _ := slots.Of(sharding.Slot(k))
-			now := sr.Master
-			n := node(now)
-			subs := func() int64 {
-				v, err := n.Do(ctx, "pubsub", "shardnumsub", sharding.ChannelName(k)).Slice()
-				if err != nil || len(v) != 2 {
-					return -1
-				}
-				c, _ := v[1].(int64)
-				return c
+			if err := awaitSubscribers(ctx, sr.Master, k, 2); err != nil {
+				t.Errorf("%s: %v", r, err)
 			}
-			for i := 0; subs() != 2; i++ {
-				if i == 200 {
-					t.Errorf("%s: %d subscribers on its new master %s, want 2", r, subs(), now)
-					break
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-			_ = n.Close()
 		}
 		stopLoad()
 		<-loaded
