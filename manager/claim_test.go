@@ -116,19 +116,7 @@ func TestRealClaimConfirmed(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := make(chan acquired, 1)
-			go func() {
-				l, err := waiterM.Acquire(ctx, res)
-				got <- acquired{l: l, err: err}
-			}()
-			eventually(t, 5*time.Second, "waiter queued", func() bool { return queueLen(t, admin, h.Key()) == 1 })
-			if err := h.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
-			a := <-got
-			if a.err != nil {
-				t.Fatal(a.err)
-			}
+			a := handOver(t, ctx, admin, h, waiterM, res)
 			eventually(t, 5*time.Second, "claim confirmed to the full TTL", func() bool {
 				return admin.PTTL(ctx, h.Key()).Val() > 2*scripts.ClaimLease
 			})
@@ -159,19 +147,7 @@ func TestRealClaimShortHoldSendsNoConfirmation(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := time.Now() // the waiter's lease is valid from later than this
-		got := make(chan acquired, 1)
-		go func() {
-			l, err := waiterM.Acquire(ctx, res)
-			got <- acquired{l: l, err: err}
-		}()
-		eventually(t, 5*time.Second, "waiter queued", func() bool { return queueLen(t, admin, h.Key()) == 1 })
-		if err := h.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		a := <-got
-		if a.err != nil {
-			t.Fatal(a.err)
-		}
+		a := handOver(t, ctx, admin, h, waiterM, res)
 		if pttl := admin.PTTL(ctx, h.Key()).Val(); pttl > scripts.ClaimLease {
 			t.Fatalf("the key's TTL is %v right after the hand-over: confirmed at once", pttl)
 		}
@@ -301,4 +277,25 @@ func TestRealContendedKeyQueuesAtOnce(t *testing.T) {
 	if err := a.l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// handOver starts waiterM's Acquire of res, waits until it is queued in
+// Redis behind h, releases h, and returns what the Acquire got: the lock,
+// handed over on the claim lease.
+func handOver(t *testing.T, ctx context.Context, admin redis.UniversalClient, h *manager.Lock, waiterM *manager.Manager, res string) acquired {
+	t.Helper()
+	got := make(chan acquired, 1)
+	go func() {
+		l, err := waiterM.Acquire(ctx, res)
+		got <- acquired{l: l, err: err}
+	}()
+	eventually(t, 5*time.Second, "waiter queued", func() bool { return queueLen(t, admin, h.Key()) == 1 })
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := <-got
+	if a.err != nil {
+		t.Fatal(a.err)
+	}
+	return a
 }

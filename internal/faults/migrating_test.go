@@ -92,10 +92,7 @@ func waiterThroughMigratingSlot(t *testing.T, addrs []string, waiterOpts []manag
 		t.Fatal(err)
 	}
 	slot := sharding.Slot(h.Key())
-	source, _ := masterOf(t, ctx, admin, slot)
-	src, dst := node(source), node(otherMaster(t, ctx, admin, source))
-	defer src.Close()
-	defer dst.Close()
+	src, dst := migrationNodes(t, ctx, admin, slot)
 	if err := startMigration(ctx, src, dst, slot); err != nil {
 		t.Fatal(err)
 	}
@@ -173,10 +170,7 @@ func TestHandOverCreatesNoFenceCounter(t *testing.T) {
 
 	// The lock key and its queue move; the fence counter stays behind.
 	slot := sharding.Slot(key)
-	source, _ := masterOf(t, ctx, admin, slot)
-	src, dst := node(source), node(otherMaster(t, ctx, admin, source))
-	defer src.Close()
-	defer dst.Close()
+	src, dst := migrationNodes(t, ctx, admin, slot)
 	if err := startMigration(ctx, src, dst, slot); err != nil {
 		t.Fatal(err)
 	}
@@ -200,6 +194,19 @@ func TestHandOverCreatesNoFenceCounter(t *testing.T) {
 	if r.l.Fence() <= h.Fence() {
 		t.Fatalf("the waiter's fence %d is not above the holder's %d", r.l.Fence(), h.Fence())
 	}
+}
+
+// migrationNodes returns clients of the master serving slot and of another
+// master: a migration's source and target (closed when the test ends).
+func migrationNodes(t *testing.T, ctx context.Context, admin *redis.ClusterClient, slot int) (src, dst *redis.Client) {
+	t.Helper()
+	source, _ := masterOf(t, ctx, admin, slot)
+	src, dst = node(source), node(otherMaster(t, ctx, admin, source))
+	t.Cleanup(func() {
+		_ = src.Close()
+		_ = dst.Close()
+	})
+	return src, dst
 }
 
 // waited is what a waiter's Acquire returned.
@@ -297,10 +304,7 @@ func subscriptionFollowsSlot(t *testing.T, addrs []string, releaseAtOnce bool) {
 	}
 	key := h.Key()
 	slot := sharding.Slot(key)
-	source, _ := masterOf(t, ctx, admin, slot)
-	src, dst := node(source), node(otherMaster(t, ctx, admin, source))
-	defer src.Close()
-	defer dst.Close()
+	src, dst := migrationNodes(t, ctx, admin, slot)
 	ch := sharding.ChannelName(key)
 	subscribed := func(c *redis.Client) bool {
 		v, err := c.Do(ctx, "pubsub", "shardnumsub", ch).Slice()
