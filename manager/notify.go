@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"errors"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,6 +54,11 @@ type notifier struct {
 	idle     int  // subscribed channels nobody watches (idleAt set)
 	sweeping bool // the sweep goroutine runs
 	wg       sync.WaitGroup
+
+	// healthCheck is how long a node's subscription connection goes
+	// without a message before it pings the server (pubsubHealthCheck;
+	// tests make it shorter).
+	healthCheck time.Duration
 
 	subscribes, unsubscribes atomic.Int64 // SSUBSCRIBE and SUNSUBSCRIBE sent, for tests
 }
@@ -115,7 +121,7 @@ const (
 func newNotifier(m *Manager) *notifier {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &notifier{m: m, ctx: ctx, cancel: cancel, nodes: map[string]*nodeSub{}, chans: map[string]*chanWaiters{},
-		subs: map[string]*subscribing{}}
+		subs: map[string]*subscribing{}, healthCheck: pubsubHealthCheck}
 }
 
 // watch keeps the channel of the lock at key subscribed, subscribing it
@@ -349,8 +355,7 @@ func (n *notifier) nodeSub(node *redis.Client, sub *subscribing) *nodeSub {
 	if ns == nil {
 		ns = &nodeSub{addr: addr, ps: node.SSubscribe(n.ctx)}
 		n.nodes[addr] = ns
-		msgs := ns.ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
-		n.wg.Go(func() { n.deliver(ns, msgs) })
+		n.wg.Go(func() { n.receive(ns) })
 	}
 	sub.on = ns
 	return ns
@@ -505,54 +510,99 @@ func (n *notifier) sweep() {
 	}
 }
 
-// deliver hands one node's messages to the local queues until the
-// subscription is closed.
-func (n *notifier) deliver(ns *nodeSub, msgs <-chan any) {
-	for msg := range msgs {
-		var ch string
-		dropped := false
-		switch v := msg.(type) {
-		case *redis.Message:
-			if v.Payload == freePayload {
-				n.wakeFree(v.Channel)
-				n.m.queues.lookNow(channelKey(v.Channel))
-			} else {
-				n.m.queues.announced(channelKey(v.Channel), v.Payload)
-			}
+// receive reads ns's messages and delivers them until ns is closed. It
+// reads the connection itself: go-redis's ChannelWithSubscriptions reads
+// it in a goroutine of its own and passes each message on through a Go
+// channel, one more goroutine hand-off between a release and the waiter it
+// hands the lock to. Like that goroutine, receive pings the server after
+// healthCheck without a message (a ping that fails makes go-redis
+// dial again and subscribe the connection's channels again), and pauses
+// before reading again after two failed reads in a row.
+func (n *notifier) receive(ns *nodeSub) {
+	failed := 0
+	for {
+		msg, err := ns.ps.ReceiveTimeout(n.ctx, n.healthCheck)
+		if err == nil {
+			failed = 0
+			n.deliver(ns, msg)
 			continue
-		case *redis.Subscription:
-			switch v.Kind {
-			case "ssubscribe":
-				n.confirmed(ns, v.Channel)
-				continue
-			case "sunsubscribe":
-				// The server dropped the channel (its slot moved) or we left it.
-				ch, dropped = v.Channel, true
-			default:
-				continue
+		}
+		if errors.Is(err, redis.ErrClosed) || n.ctx.Err() != nil {
+			return
+		}
+		if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+			ctx, cancel := context.WithTimeout(n.ctx, pubsubPingTimeout)
+			_ = ns.ps.Ping(ctx)
+			cancel()
+			continue
+		}
+		if failed++; failed > 1 {
+			t := time.NewTimer(pubsubErrorPause)
+			select {
+			case <-t.C:
+			case <-n.ctx.Done():
+				t.Stop()
+				return
 			}
+		}
+	}
+}
+
+// The health check of a node's subscription connection (go-redis's
+// defaults for its pub/sub channels): a ping after pubsubHealthCheck
+// without a message, bounded by pubsubPingTimeout; pubsubErrorPause
+// between failed reads.
+const (
+	pubsubHealthCheck = 3 * time.Second
+	pubsubPingTimeout = 5 * time.Second
+	pubsubErrorPause  = 100 * time.Millisecond
+)
+
+// deliver hands one message of node ns to the local queues or the batch
+// waiters, and subscribes a channel again that the server dropped.
+func (n *notifier) deliver(ns *nodeSub, msg any) {
+	var ch string
+	switch v := msg.(type) {
+	case *redis.Message:
+		if v.Payload == freePayload {
+			n.wakeFree(v.Channel)
+			n.m.queues.lookNow(channelKey(v.Channel))
+		} else {
+			n.m.queues.announced(channelKey(v.Channel), v.Payload)
+		}
+		return
+	case *redis.Subscription:
+		switch v.Kind {
+		case "ssubscribe":
+			n.confirmed(ns, v.Channel)
+			return
+		case "sunsubscribe":
+			// The server dropped the channel (its slot moved) or we left it.
+			ch = v.Channel
 		default:
-			continue
+			return
 		}
-		n.mu.Lock()
-		resubscribe := false
-		if cw := n.chans[ch]; cw != nil && dropped && cw.node == ns {
-			cw.node = nil
-			switch {
-			case !cw.idleAt.IsZero():
-				delete(n.chans, ch) // nobody watches it: nothing to subscribe again
-				n.idle--
-			case cw.watchers > 0 && !n.closed:
-				// Subscribe again, on the slot's new node, once the
-				// slot map has been reloaded.
-				n.subscribeLocked(channelKey(ch), ch, cw, again{pause: resubscribePause, old: ns, moved: true})
-				resubscribe = true
-			}
+	default:
+		return
+	}
+	n.mu.Lock()
+	resubscribe := false
+	if cw := n.chans[ch]; cw != nil && cw.node == ns {
+		cw.node = nil
+		switch {
+		case !cw.idleAt.IsZero():
+			delete(n.chans, ch) // nobody watches it: nothing to subscribe again
+			n.idle--
+		case cw.watchers > 0 && !n.closed:
+			// Subscribe again, on the slot's new node, once the
+			// slot map has been reloaded.
+			n.subscribeLocked(channelKey(ch), ch, cw, again{pause: resubscribePause, old: ns, moved: true})
+			resubscribe = true
 		}
-		n.mu.Unlock()
-		if resubscribe {
-			n.m.topo.reload(n.ctx)
-		}
+	}
+	n.mu.Unlock()
+	if resubscribe {
+		n.m.topo.reload(n.ctx)
 	}
 }
 

@@ -3,6 +3,8 @@ package manager
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +13,62 @@ import (
 	"github.com/shardlock/shardlock/internal/testenv"
 	"github.com/shardlock/shardlock/sharding"
 )
+
+// A subscription connection that goes without a message pings the server
+// (so that go-redis finds a dead connection and dials again).
+func TestIdleSubscriptionPings(t *testing.T) {
+	name := testenv.Unique("pinger")
+	c := redis.NewClient(&redis.Options{Addr: testenv.StandaloneAddr(t), ClientName: name})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m, err := New(ctx, c, WithRetry(LinearBackoff(5*time.Second)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(context.Background())
+	m.notify.healthCheck = 50 * time.Millisecond // before the first subscription starts its goroutine
+	res := testenv.Unique("idle")
+	h, err := m.TryAcquire(ctx, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := acquireReleasing(ctx, m, res)
+	// The subscription connection's last command turns from SSUBSCRIBE to
+	// PING.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		list, err := c.ClientList(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pinged(list, name) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the idle subscription connection did not ping:\n%s", list)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pinged reports whether CLIENT LIST's list has a connection named name,
+// subscribed to a sharded channel, whose last command was PING.
+func pinged(list, name string) bool {
+	for line := range strings.SplitSeq(list, "\n") {
+		f := strings.Fields(line)
+		if slices.Contains(f, "name="+name) && slices.Contains(f, "ssub=1") && slices.Contains(f, "cmd=ping") {
+			return true
+		}
+	}
+	return false
+}
 
 // Waiters on many resources share one subscription connection per node.
 func TestOneSubscriptionPerNode(t *testing.T) {

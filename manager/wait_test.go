@@ -58,6 +58,59 @@ func TestRealWaiterWakesOnRelease(t *testing.T) {
 	})
 }
 
+// TestRealWaiterHearsAfterConnectionsDrop: a waiter whose connections
+// all drop (its sharded pub/sub connection too) is subscribed again on a
+// new connection and hears the release, long before its 5 s re-check.
+func TestRealWaiterHearsAfterConnectionsDrop(t *testing.T) {
+	for _, target := range testenv.CuttableTargets() {
+		t.Run(target.Name, func(t *testing.T) {
+			var cut, other testenv.Cutter
+			c := target.Client(t, &other)
+			holderM := newManager(t, c)
+			m := newManager(t, target.Client(t, &cut), manager.WithRetry(manager.LinearBackoff(5*time.Second)))
+			ctx := ctxT(t)
+			res := testenv.Unique("drop")
+			holder, err := holderM.TryAcquire(ctx, res)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := acquiredAt(ctx, t, m, res)
+			ch := sharding.ChannelName(holder.Key())
+			subscribed := func() bool { return c.PubSubShardNumSub(ctx, ch).Val()[ch] > 0 }
+			eventually(t, 5*time.Second, "waiter subscribed", subscribed)
+			dials := cut.Dials()
+			cut.Drop()
+			// The subscription connection dials again (nothing else of the
+			// waiter's does before the release) and subscribes again.
+			eventually(t, 5*time.Second, "waiter subscribed again", func() bool { return cut.Dials() > dials && subscribed() })
+			released := time.Now()
+			if err := holder.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if waited := (<-got).Sub(released); waited > 2*time.Second {
+				t.Fatalf("waiter took the lock %v after the release: it did not hear it", waited)
+			}
+		})
+	}
+}
+
+// acquiredAt makes m's Acquire of res in the background and sends when it
+// returned the lock (zero on an error, reported on t), releasing it.
+func acquiredAt(ctx context.Context, t *testing.T, m *manager.Manager, res string) <-chan time.Time {
+	got := make(chan time.Time, 1)
+	go func() {
+		l, err := m.Acquire(ctx, res)
+		if err != nil {
+			t.Error(err)
+			got <- time.Time{}
+			return
+		}
+		got <- time.Now()
+		_ = l.Release(ctx)
+	}()
+	return got
+}
+
 func TestMaxLocalWaiters(t *testing.T) {
 	_, c := miniClient(t)
 	reg := prometheus.NewRegistry()

@@ -17,6 +17,7 @@ type Cutter struct {
 	mu    sync.Mutex
 	conns []net.Conn
 	cut   bool
+	dials int
 }
 
 // errCut is the dial error of a cut client.
@@ -35,7 +36,15 @@ func (c *Cutter) Dial(ctx context.Context, network, addr string) (net.Conn, erro
 		return nil, err
 	}
 	c.conns = append(c.conns, conn)
+	c.dials++
 	return conn, nil
+}
+
+// Dials returns how many connections the client has dialled.
+func (c *Cutter) Dials() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.dials
 }
 
 // Cut closes the client's connections and refuses new ones.
@@ -43,6 +52,17 @@ func (c *Cutter) Cut() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.cut = true
+	for _, conn := range c.conns {
+		_ = conn.Close()
+	}
+	c.conns = nil
+}
+
+// Drop closes the client's connections and lets it dial new ones, as a
+// network that resets every connection once does.
+func (c *Cutter) Drop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for _, conn := range c.conns {
 		_ = conn.Close()
 	}
