@@ -323,11 +323,67 @@ func (m *Manager) attemptBatch(ctx context.Context, b *batchInfo, token string, 
 		if len(res) > 0 && res[0] != scripts.AcquireHeld {
 			replicas = m.replicaCount(waitc, "acquire")
 		}
-	} else if res, err = scripts.AcquireBatch.Run(ctx, m.cmd, keys, token, ac.ttlMs, fencing, try, marks).Slice(); err != nil {
-		return 0, nil, nil, 0, err
+	} else {
+		actx := ctx
+		if !ac.fencing && len(keys) > 1 {
+			actx = withTryAgainFallback(ctx)
+		}
+		if res, err = scripts.AcquireBatch.Run(actx, m.cmd, keys, token, ac.ttlMs, fencing, try, marks).Slice(); isTryAgain(err) {
+			status, held, err = m.attemptBatchKeys(ctx, b, token, ac, try, marks)
+			return status, nil, held, 0, err
+		} else if err != nil {
+			return 0, nil, nil, 0, err
+		}
 	}
 	status, fences, held, err = parseBatchReply(res, ac.fencing)
 	return status, fences, held, replicas, err
+}
+
+// attemptBatchKeys is an unfenced batch's attempt while its slot migrates
+// and Redis answers TRYAGAIN to the batch script (on the slot's target, a
+// script whose keys are not all there yet; free keys are not there either):
+// it runs acquire_batch.lua on each key alone, in order, which each node
+// serves (a key that has left the source is redirected to the target). It
+// holds the batch once every key holds the token. At the first key another
+// token holds it stops, releases the keys it took (release.lua, one by
+// one) and reports that key as held; the other keys are not looked at. A
+// fenced batch has no such path: its fences need the counters, which may
+// be on the other node.
+func (m *Manager) attemptBatchKeys(ctx context.Context, b *batchInfo, token string, ac *acquireConfig, try, marks string) (status int, held []int, err error) {
+	status = attemptReplay
+	for i, k := range b.keys {
+		res, err := scripts.AcquireBatch.Run(ctx, m.cmd, []string{k}, token, ac.ttlMs, luaFlag(false), try, marks).Slice()
+		st := attemptContended
+		if err == nil {
+			st, _, _, err = parseBatchReply(res, false)
+		}
+		if err != nil || st == attemptContended {
+			if uerr := m.undoBatchKeys(ctx, b.keys[:i], token); err == nil {
+				err = uerr
+			}
+			if err != nil {
+				return 0, nil, err
+			}
+			return attemptContended, []int{i + 1}, nil
+		}
+		if st == attemptFresh {
+			status = attemptFresh
+		}
+	}
+	return status, nil, nil
+}
+
+// undoBatchKeys releases keys, which an attempt of attemptBatchKeys took
+// for token, one by one; it returns the first error (the acquirer settles
+// an attempt whose keys may still be held, as for any ambiguous attempt).
+func (m *Manager) undoBatchKeys(ctx context.Context, keys []string, token string) error {
+	var first error
+	for _, k := range keys {
+		if err := m.runScript(ctx, m.cmd, scripts.Release, []string{k}, token).Err(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // batchScriptKeys returns the keys and the fencing argument of

@@ -489,14 +489,23 @@ func moveSlot(ctx context.Context, addrs []string, src, dst *redis.Client, slot 
 			args = append(args, k)
 		}
 		if err := src.Do(ctx, args...).Err(); err != nil && !strings.Contains(err.Error(), "NOKEY") {
+			// Key by key: a release record the target has too (a release
+			// ran there meanwhile) is replaced, as the README tells
+			// operators to; any other key the target has already fails.
 			var busy []string
 			for _, k := range keys {
-				if e := src.Do(ctx, "migrate", host, port, k, 0, 5000).Err(); e != nil && strings.Contains(e.Error(), "BUSYKEY") {
+				e := src.Do(ctx, "migrate", host, port, k, 0, 5000).Err()
+				if e != nil && strings.Contains(e.Error(), "BUSYKEY") && strings.HasSuffix(k, sharding.OutcomeSuffix) {
+					e = src.Do(ctx, "migrate", host, port, k, 0, 5000, "replace").Err()
+				}
+				if e != nil && strings.Contains(e.Error(), "BUSYKEY") {
 					typ := src.Type(ctx, k).Val()
 					busy = append(busy, k+"("+typ+")")
 				}
 			}
-			return fmt.Errorf("%w: busy: %q", err, busy)
+			if len(busy) > 0 {
+				return fmt.Errorf("%w: busy: %q", err, busy)
+			}
 		}
 		time.Sleep(*migratePause)
 	}
@@ -618,12 +627,13 @@ func TestFaults(t *testing.T) {
 			}
 			w.check(t, noLoss)
 			// A single lock is taken all through the migration (the slot
-			// is held in MIGRATING for 1 s); a batch of keys that do not
-			// exist yet cannot be taken until the slot is stable (Redis
-			// answers TRYAGAIN to a multi-key command with keys missing
-			// from a migrating slot).
+			// is held in MIGRATING for 1 s), and so is an unfenced batch
+			// (key by key); a fenced batch of keys that do not exist yet
+			// cannot be taken until the slot is stable (Redis answers
+			// TRYAGAIN to a multi-key command with keys missing from a
+			// migrating slot, and its fences need the counters).
 			for r, gap := range w.longestGap() {
-				if !strings.Contains(r, ",") && gap > 500*time.Millisecond {
+				if (defaults || !strings.Contains(r, ",")) && gap > 500*time.Millisecond {
 					t.Errorf("%s went %v without an acquisition", r, gap)
 				}
 			}
