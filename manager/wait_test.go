@@ -26,17 +26,7 @@ func TestRealWaiterWakesOnRelease(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := make(chan time.Time, 1)
-		go func() {
-			l, err := m.Acquire(ctx, res)
-			if err != nil {
-				t.Error(err)
-				got <- time.Time{}
-				return
-			}
-			got <- time.Now()
-			_ = l.Release(ctx)
-		}()
+		got := acquiredAt(ctx, t, m, res)
 		// Release once the waiter listens on the lock's channel.
 		ch := sharding.ChannelName(holder.Key())
 		eventually(t, 5*time.Second, "waiter subscribed", func() bool {

@@ -141,23 +141,9 @@ func waiterThroughMigratingSlot(t *testing.T, addrs []string, waiterOpts []manag
 // would stop the counter's MIGRATE with BUSYKEY. The fenced waiter takes
 // the lock itself once the counter has moved, with a higher fence.
 func TestHandOverCreatesNoFenceCounter(t *testing.T) {
-	addrs := testenv.FaultClusterAddrs(t)
-	waitClusterOK(t, addrs, 30*time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	admin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-	defer admin.Close()
-	newManager := func(owner string) *manager.Manager {
-		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
-		t.Cleanup(func() { _ = c.Close() })
-		m, err := manager.New(ctx, c, manager.WithOwner(owner), manager.WithFencing(true))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = m.Close(context.Background()) })
-		return m
-	}
-	holderM, waiterM := newManager("holder"), newManager("waiter")
+	ctx, addrs, admin := migrationSetup(t)
+	holderM := hookedManager(t, ctx, addrs, nil, manager.WithOwner("holder"), manager.WithFencing(true))
+	waiterM := hookedManager(t, ctx, addrs, nil, manager.WithOwner("waiter"), manager.WithFencing(true))
 
 	res := testenv.Unique("migfence")
 	h, err := holderM.TryAcquire(ctx, res)
@@ -282,21 +268,8 @@ func subscriptionFollowsSlot(t *testing.T, addrs []string, releaseAtOnce bool) {
 	admin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	defer admin.Close()
 	var slow atomic.Bool
-	newManager := func(h redis.Hook, opts ...manager.Option) *manager.Manager {
-		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
-		if h != nil {
-			c.OnNewNode(func(n *redis.Client) { n.AddHook(h) })
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		m, err := manager.New(ctx, c, opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = m.Close(context.Background()) })
-		return m
-	}
-	holderM := newManager(nil, manager.WithOwner("holder"))
-	waiterM := newManager(slowSlotsHook{&slow}, manager.WithOwner("waiter"), manager.WithRetry(manager.LinearBackoff(10*time.Second)))
+	holderM := hookedManager(t, ctx, addrs, nil, manager.WithOwner("holder"))
+	waiterM := hookedManager(t, ctx, addrs, slowSlotsHook{&slow}, manager.WithOwner("waiter"), manager.WithRetry(manager.LinearBackoff(10*time.Second)))
 
 	res := testenv.Unique("migsub")
 	h, err := holderM.TryAcquire(ctx, res)
@@ -353,27 +326,10 @@ func subscriptionFollowsSlot(t *testing.T, addrs []string, releaseAtOnce bool) {
 // batch with a key another owner holds is refused, naming that key, and
 // leaves nothing behind.
 func TestBatchThroughMigratingSlot(t *testing.T) {
-	addrs := testenv.FaultClusterAddrs(t)
-	waitClusterOK(t, addrs, 30*time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	admin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-	defer admin.Close()
+	ctx, addrs, admin := migrationSetup(t)
 	var tryAgains atomic.Int64
-	newManager := func(owner string, h redis.Hook) *manager.Manager {
-		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
-		if h != nil {
-			c.OnNewNode(func(n *redis.Client) { n.AddHook(h) })
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		m, err := manager.New(ctx, c, manager.WithOwner(owner))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = m.Close(context.Background()) })
-		return m
-	}
-	m, other := newManager("batch", tryAgainHook{&tryAgains}), newManager("other", nil)
+	m := hookedManager(t, ctx, addrs, tryAgainHook{&tryAgains}, manager.WithOwner("batch"))
+	other := hookedManager(t, ctx, addrs, nil, manager.WithOwner("other"))
 	tag := testenv.Unique("migbatch")
 	var free, busy []string
 	for _, part := range []string{"a", "b", "c"} {
@@ -466,19 +422,8 @@ func importedKey(t *testing.T, ctx context.Context, dst *redis.Client, key strin
 // never on both. The same for a batch, which is taken on the target key
 // by key.
 func TestMigrationMeetsOnlyReleaseRecordsTwice(t *testing.T) {
-	addrs := testenv.FaultClusterAddrs(t)
-	waitClusterOK(t, addrs, 30*time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	admin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-	defer admin.Close()
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
-	defer c.Close()
-	m, err := manager.New(ctx, c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close(context.Background())
+	ctx, addrs, admin := migrationSetup(t)
+	m := hookedManager(t, ctx, addrs, nil)
 	tag := testenv.Unique("migrecord")
 	single, _ := sharding.Group(tag, "single")
 	batch := []string{}
@@ -515,4 +460,36 @@ func TestMigrationMeetsOnlyReleaseRecordsTwice(t *testing.T) {
 		repairMigration(t, ctx, addrs, src, dst, slot)
 		t.Fatalf("migration: %v", err)
 	}
+}
+
+// hookedManager returns a manager with opts on its own client of the
+// cluster at addrs (ContextTimeoutEnabled), whose node clients get hook h
+// unless it is nil; both are closed at cleanup.
+func hookedManager(t *testing.T, ctx context.Context, addrs []string, h redis.Hook, opts ...manager.Option) *manager.Manager {
+	t.Helper()
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+	if h != nil {
+		c.OnNewNode(func(n *redis.Client) { n.AddHook(h) })
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	m, err := manager.New(ctx, c, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	return m
+}
+
+// migrationSetup waits for the fault cluster to be whole and returns a
+// context bounding the test (30 s), the cluster's addresses and an admin
+// client, closed at cleanup.
+func migrationSetup(t *testing.T) (context.Context, []string, *redis.ClusterClient) {
+	t.Helper()
+	addrs := testenv.FaultClusterAddrs(t)
+	waitClusterOK(t, addrs, 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	admin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { _ = admin.Close() })
+	return ctx, addrs, admin
 }
