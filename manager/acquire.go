@@ -276,6 +276,10 @@ func (a *acquirer) attemptN(n int) (res attemptResult, sendAt time.Time, err err
 		g := a.granted
 		a.granted = nil
 		res.status, res.fence, res.claimed = attemptFresh, g.fence, g.claimed
+		if t := g.transfer; t != nil {
+			a.token, a.tokenArg, a.firstAmbiguous = t.token, t.tokenArg, time.Time{}
+			res.validUntil = t.validUntil
+		}
 		return res, g.validFrom, nil
 	case a.skipOnce:
 		res.status, a.skipOnce = attemptContended, false
@@ -358,6 +362,9 @@ func (a *acquirer) take(res attemptResult, sendAt time.Time) (_ *Lock, _ error, 
 	l.rw = tg.rw
 	if res.claimed {
 		l.onClaim(validFrom)
+	}
+	if !res.validUntil.IsZero() {
+		l.takeOver(res.validUntil)
 	}
 	l.replicas = res.replicas
 	if tg.batch != nil {
@@ -611,8 +618,14 @@ func (a *acquirer) orphanAmbiguous() {
 // leaveRedisQueue takes this waiter out of the fair queue, and out of
 // Redis's queue if it was queued there.
 func (a *acquirer) leaveRedisQueue() {
-	if entry := a.m.queues.giveUp(a.queue, a.fw); entry != "" {
+	entry, transferred := a.m.queues.giveUp(a.queue, a.fw)
+	if entry != "" {
 		a.m.leaveQueued(a.ctx, a.tg.key, a.fw, entry)
+	}
+	if transferred != nil {
+		// Handed over in this process as this waiter gave up: nobody
+		// holds the key.
+		a.m.reap(transferred.key, transferred.token, transferred.validUntil.Time())
 	}
 }
 

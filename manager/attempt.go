@@ -27,6 +27,9 @@ type attemptResult struct {
 	fences   []uint64 // a batch's
 	held     []int    // a contended batch's: indices of the keys others hold (1-based)
 	claimed  bool     // handed over on the claim lease (see fair.go)
+	// validUntil: a lock handed over in this process (transfer) keeps the
+	// validity of the lock that released it; zero otherwise.
+	validUntil mono
 }
 
 // attemptArgs is one acquire attempt: a fair waiter's (fw set), a single

@@ -74,7 +74,10 @@ type fairWaiter struct {
 	// it the lock (nextForRelease); w makes no attempt of its own until
 	// afterRelease settles it, or w's entry would be queued twice.
 	handing bool
-	ch      chan grantMsg
+	// transferred: a lock handed to w by transfer and not yet taken up; a
+	// waiter that gives up instead has it released (giveUp).
+	transferred *transfer
+	ch          chan grantMsg
 }
 
 // grantMsg tells a fair waiter that it holds the lock (retry false), or that
@@ -83,7 +86,18 @@ type grantMsg struct {
 	fence     uint64
 	validFrom time.Time
 	retry     bool
-	claimed   bool // handed over from Redis's queue, on the claim lease
+	claimed   bool      // handed over from Redis's queue, on the claim lease
+	transfer  *transfer // handed over in this process, without a round trip
+}
+
+// transfer is a lock handed to this process's next waiter without a round
+// trip (localQueues.transfer): the key keeps the releasing lock's token and
+// TTL, which the new holder takes over.
+type transfer struct {
+	key        string
+	token      string
+	tokenArg   any
+	validUntil mono
 }
 
 // expiryLag is how long after a key's expected expiry a waiter looks: the
@@ -269,7 +283,7 @@ func (lq *localQueues) acquired(q *localQueue, w *fairWaiter, l *Lock) {
 	lq.mu.Lock()
 	defer lq.mu.Unlock()
 	if w != nil {
-		w.left, w.took = true, true
+		w.left, w.took, w.transferred = true, true, nil
 		if q.head == w {
 			q.head = nil
 		}
@@ -279,14 +293,15 @@ func (lq *localQueues) acquired(q *localQueue, w *fairWaiter, l *Lock) {
 
 // giveUp takes w out of q; it returns w's entry when w was (or was being)
 // queued in Redis, so the caller can take it out there.
-func (lq *localQueues) giveUp(q *localQueue, w *fairWaiter) (entry string) {
+func (lq *localQueues) giveUp(q *localQueue, w *fairWaiter) (entry string, transferred *transfer) {
 	lq.mu.Lock()
 	defer lq.mu.Unlock()
 	w.left = true
 	if q.head == w {
 		q.head = nil
 	}
-	return w.entry
+	transferred, w.transferred = w.transferred, nil
+	return w.entry, transferred
 }
 
 // handover is what a release does for this process's next waiter.
@@ -321,6 +336,69 @@ func (lq *localQueues) nextForRelease(l *Lock) handover {
 	sentAt := time.Now()
 	w.handing = true
 	return handover{w: w, q: q, local: q.streak < maxLocalHandoffs, entry: w.queueLocked(sentAt), sentAt: sentAt}
+}
+
+// maxTransferAge bounds how old a token is handed over in the process
+// (transfer): the exporter and the operators' tool read a holder's age from
+// its token, which a chain of such hand-overs keeps.
+const maxTransferAge = 10 * time.Second
+
+// tokenMillis reads the issue time (Unix ms) of token tok, without
+// checking the rest of it (ParseToken does).
+func tokenMillis(tok string) (int64, bool) {
+	_, rest, ok := strings.Cut(tok, ".")
+	if !ok {
+		return 0, false
+	}
+	ms, _, ok := strings.Cut(rest, ".")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(ms, 10, 64)
+	return n, err == nil
+}
+
+// transfer hands the lock l is releasing to h's waiter without a round
+// trip, when the release would hand it to that waiter directly (h.local)
+// and nothing is to change in Redis: both unfenced (a new holder needs a
+// new fence), the same TTL, and l valid for at least half its TTL more
+// (or, on a claim lease, half the lease). The key keeps l's token, which
+// the waiter takes over with l's validity and claim lease; exclusion is as
+// if l held on. The token must be younger than maxTransferAge. It returns
+// false, changing nothing, when the lock is not to be transferred.
+func (lq *localQueues) transfer(l *Lock, h handover, validUntil time.Time) bool {
+	w := h.w
+	if w == nil || !h.local || l.fence != 0 || w.fencing || w.ttl != l.ttl || l.multi != nil || l.rw != rwNone || w.mode != rwNone {
+		return false
+	}
+	l.mu.Lock()
+	claimed, until := l.rn.claimed, l.validUntil
+	l.mu.Unlock()
+	if left := time.Until(validUntil); left < l.ttl/2 && (!claimed || left < scripts.ClaimLease/2) {
+		return false
+	}
+	if ms, ok := tokenMillis(l.token); !ok || time.Since(time.UnixMilli(ms)) > maxTransferAge {
+		return false
+	}
+	lq.mu.Lock()
+	defer lq.mu.Unlock()
+	if w.left || w.took || w.entry != h.entry {
+		return false
+	}
+	// w stays handing until it takes the lock up (or gives up): an
+	// attempt of its own would queue it in Redis.
+	w.entry = ""
+	h.q.streak++
+	t := &transfer{key: l.key, token: l.token, tokenArg: l.args[0], validUntil: until}
+	w.transferred = t
+	// The grant must reach the waiter: a retry or an announcement waiting
+	// in its channel is superseded by it.
+	select {
+	case <-w.ch:
+	default:
+	}
+	w.ch <- grantMsg{validFrom: time.Now(), transfer: t, claimed: claimed}
+	return true
 }
 
 // afterRelease settles a handover with the release script's outcome: code

@@ -2,6 +2,8 @@ package manager
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -9,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shardlock/shardlock/internal/scripts"
+	"github.com/shardlock/shardlock/internal/testenv"
 	"github.com/shardlock/shardlock/sharding"
 )
 
@@ -138,4 +141,180 @@ func localWaiter(t *testing.T) (*miniredis.Miniredis, *Manager, *Lock, *localQue
 	w := newFairWaiter(newToken("w", time.Now()), &ac, time.Now().Add(time.Minute), rwNone)
 	m.queues.setHead(q, w)
 	return mr, m, holder, q, w
+}
+
+// countHook counts the commands a client sends while on is set.
+type countHook struct {
+	on *atomic.Bool
+	n  *atomic.Int64
+}
+
+func (h countHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h countHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if h.on.Load() {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (h countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if h.on.Load() {
+			h.n.Add(int64(len(cmds)))
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// A lock released while this process's next waiter waits for that release
+// is handed to it without a round trip: the waiter takes over the key's
+// token. With fencing the release hands it over in Redis, with a new fence.
+func TestRealLocalHandOverSendsNothing(t *testing.T) {
+	for _, fencing := range []bool{false, true} {
+		t.Run(fmt.Sprintf("fencing=%v", fencing), func(t *testing.T) {
+			var on atomic.Bool
+			var sent atomic.Int64
+			c := redis.NewClient(&redis.Options{Addr: testenv.StandaloneAddr(t), ContextTimeoutEnabled: true})
+			defer c.Close()
+			c.AddHook(countHook{&on, &sent})
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			m, err := New(ctx, c, WithFencing(fencing))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close(context.Background())
+			res := testenv.Unique("transfer")
+			h, err := m.TryAcquire(ctx, res)
+			if err != nil {
+				t.Fatal(err)
+			}
+			key := h.Key()
+			start := func() <-chan *Lock {
+				got := make(chan *Lock, 1)
+				go func() {
+					l, err := m.Acquire(ctx, res)
+					if err != nil {
+						t.Error(err)
+					}
+					got <- l
+				}()
+				return got
+			}
+			local := func(cond func(q *localQueue) bool) bool {
+				m.queues.mu.Lock()
+				defer m.queues.mu.Unlock()
+				q := m.queues.queues[key]
+				return q != nil && cond(q)
+			}
+			// a queues in Redis (the holder did not take the lock through
+			// the local queue); b waits behind a in the process.
+			gotA := start()
+			eventuallyTrue(t, "a queued", func() bool { return c.LLen(ctx, sharding.QueueKey(key)).Val() == 1 })
+			gotB := start()
+			eventuallyTrue(t, "b waiting", func() bool { return local(func(q *localQueue) bool { return q.members == 2 }) })
+			if err := h.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			a := <-gotA
+			if a == nil {
+				t.FailNow()
+			}
+			eventuallyTrue(t, "b waits for a's release", func() bool {
+				return local(func(q *localQueue) bool { return q.holder == a && q.head != nil && q.head.entry == "" })
+			})
+			on.Store(true)
+			if err := a.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			b := <-gotB
+			on.Store(false)
+			if b == nil {
+				t.FailNow()
+			}
+			switch {
+			case !fencing && sent.Load() != 0:
+				t.Errorf("the hand-over from a to b sent %d commands", sent.Load())
+			case !fencing && b.Token() != a.Token():
+				t.Error("b does not hold the key's token")
+			case fencing && (sent.Load() == 0 || b.Fence() <= a.Fence()):
+				t.Errorf("fenced: %d commands, fences %d then %d", sent.Load(), a.Fence(), b.Fence())
+			}
+			if v, _ := c.Get(ctx, key).Result(); !isOurs(v, b.Token()) {
+				t.Errorf("the key holds %q, not b's token", v)
+			}
+			if err := b.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if n := c.Exists(ctx, key).Val(); n != 0 {
+				t.Error("the key is left after b's release")
+			}
+		})
+	}
+}
+
+// eventuallyTrue waits (5 s at most) until cond holds.
+func eventuallyTrue(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 5s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// A lock handed over in the process to a waiter that gives up before it
+// takes it up is released, not left held until its TTL.
+func TestTransferToWaiterThatGivesUp(t *testing.T) {
+	mr, m, holder, q, w := localWaiter(t)
+	m.queues.acquired(q, nil, holder)
+	h := m.queues.nextForRelease(holder)
+	if !m.queues.transfer(holder, h, holder.validUntil.Time()) {
+		t.Fatal("not transferred")
+	}
+	if g := <-w.ch; g.transfer == nil || g.transfer.token != holder.token {
+		t.Fatalf("grant %+v does not carry the holder's token", g)
+	}
+	_, transferred := m.queues.giveUp(q, w)
+	if transferred == nil || transferred.token != holder.token {
+		t.Fatal("giving up does not hand back the transferred lock")
+	}
+	if v, _ := mr.Get(holder.key); v != holder.token {
+		t.Fatalf("the key holds %q, not the holder's token: the transfer wrote", v)
+	}
+}
+
+// A token older than maxTransferAge is not handed over in the process: a
+// holder's age, which the exporter reads from its token, stays within it
+// of the truth.
+func TestNoTransferOfOldToken(t *testing.T) {
+	_, m, holder, q, w := localWaiter(t)
+	m.queues.acquired(q, nil, holder)
+	holder.token = newToken(m.cfg.owner, time.Now().Add(-maxTransferAge-time.Second))
+	h := m.queues.nextForRelease(holder)
+	if m.queues.transfer(holder, h, holder.validUntil.Time()) {
+		t.Fatal("an old token was handed over in the process")
+	}
+	if ms, ok := tokenMillis(w.token); !ok || time.Since(time.UnixMilli(ms)) > time.Minute {
+		t.Fatalf("tokenMillis(%q) = %d, %v", w.token, ms, ok)
+	}
+}
+
+// A waiter handed a lock in the process makes no attempt of its own before
+// it takes the lock up: the attempt would queue it in Redis under its own
+// token, and a later release would hand the key to that entry, which
+// nobody waits on (a claim lease lost).
+func TestTransferredWaiterMakesNoAttempt(t *testing.T) {
+	_, m, holder, q, w := localWaiter(t)
+	m.queues.acquired(q, nil, holder)
+	h := m.queues.nextForRelease(holder)
+	if !m.queues.transfer(holder, h, holder.validUntil.Time()) {
+		t.Fatal("not transferred")
+	}
+	if _, _, skip := m.queues.markQueued(w, time.Now()); !skip {
+		t.Fatal("the waiter handed the lock would queue itself in Redis")
+	}
 }

@@ -152,6 +152,17 @@ func (l *Lock) onClaim(validFrom time.Time) {
 	l.rn.next = max(monoOf(validFrom), l.validUntil.Add(-claimConfirmMargin))
 }
 
+// takeOver makes l, not shared yet, a lock handed over in this process
+// (localQueues.transfer): valid until validUntil, the validity of the lock
+// it takes over, whose key and TTL it keeps; on a claim lease its
+// confirmation is due as onClaim has it, counted from that validity.
+func (l *Lock) takeOver(validUntil mono) {
+	l.validUntil = validUntil
+	if l.rn.claimed {
+		l.rn.next = max(monoNow(), validUntil.Add(-claimConfirmMargin))
+	}
+}
+
 // Resource returns the resource name the lock was taken on.
 func (l *Lock) Resource() string {
 	if l == nil {
@@ -169,7 +180,11 @@ func (l *Lock) Key() string {
 }
 
 // Token returns the lock's token. Whoever knows it can release the lock:
-// treat it as a secret (shardlock never logs it whole).
+// treat it as a secret (shardlock never logs it whole). A lock without
+// fencing that a release hands to the next waiter of the same Manager
+// keeps its token: the new holder takes the key over as it is, without a
+// round trip (a token passes on for at most 10 s after it was made). Use
+// Fence, not the token, to tell holders apart.
 func (l *Lock) Token() string {
 	if l == nil {
 		return ""

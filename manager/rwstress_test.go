@@ -176,7 +176,7 @@ func checkRWSections(ss []rwSection, counter int) (errs []error, shared int) {
 			writes = append(writes, s.section)
 		}
 	}
-	errs = checkSections(writes, counter)
+	errs = checkSections(writes, counter, true)
 	var lastEnd time.Time // the latest end of the sections so far
 	lastWasWrite := false
 	for i, s := range ss {

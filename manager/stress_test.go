@@ -27,11 +27,19 @@ type section struct {
 // TTLs and the watchdog on. Every critical section does a non-atomic
 // read-modify-write of a counter in Redis and records its interval. The
 // counters must equal the number of sections, no two sections on one
-// resource may overlap, and fences must rise in acquisition order.
+// resource may overlap, and with fencing fences must rise in acquisition
+// order. Without fencing, locks are also handed over within a process
+// without a round trip (the next holder takes over the token).
 func TestRealMutualExclusionStress(t *testing.T) {
 	if testing.Short() {
 		t.Skip("stress test")
 	}
+	for _, fencing := range []bool{true, false} {
+		t.Run(fmt.Sprintf("fencing=%v", fencing), func(t *testing.T) { mutualExclusionStress(t, fencing) })
+	}
+}
+
+func mutualExclusionStress(t *testing.T, fencing bool) {
 	addrs := testenv.ClusterAddrs(t)
 	const (
 		managers  = 8
@@ -54,7 +62,7 @@ func TestRealMutualExclusionStress(t *testing.T) {
 	for i := range managers {
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 		t.Cleanup(func() { _ = c.Close() })
-		m := newManager(t, c, manager.WithTTL(300*time.Millisecond), manager.WithFencing(true),
+		m := newManager(t, c, manager.WithTTL(300*time.Millisecond), manager.WithFencing(fencing),
 			manager.WithOwner(fmt.Sprintf("stress-%d", i)),
 			manager.WithRetry(manager.ExponentialBackoff(time.Millisecond, 20*time.Millisecond)))
 		for range workers {
@@ -107,7 +115,7 @@ func TestRealMutualExclusionStress(t *testing.T) {
 	for r, ss := range perResource {
 		counter := fmt.Sprintf("{%s-%d}:counter", run, r)
 		got, _ := admin.Get(bg, counter).Int()
-		for _, err := range checkSections(ss, got) {
+		for _, err := range checkSections(ss, got, fencing) {
 			t.Errorf("resource %d: %v", r, err)
 		}
 		admin.Del(bg, counter, fmt.Sprintf("shardlock:{%s-%d}:fence", run, r))
@@ -119,8 +127,9 @@ func TestRealMutualExclusionStress(t *testing.T) {
 }
 
 // checkSections checks the critical sections of one resource: the counter
-// equals their number, no two overlap, fences rise in acquisition order.
-func checkSections(ss []section, counter int) []error {
+// equals their number, no two overlap, fences (if fenced) rise in
+// acquisition order.
+func checkSections(ss []section, counter int, fenced bool) []error {
 	var errs []error
 	if counter != len(ss) {
 		errs = append(errs, fmt.Errorf("counter %d, %d critical sections (lost updates)", counter, len(ss)))
@@ -131,7 +140,7 @@ func checkSections(ss []section, counter int) []error {
 		if ss[i].start.Before(ss[i-1].end) {
 			errs = append(errs, fmt.Errorf("sections overlap: %v-%v and %v-%v", ss[i-1].start, ss[i-1].end, ss[i].start, ss[i].end))
 		}
-		if ss[i].fence <= ss[i-1].fence {
+		if fenced && ss[i].fence <= ss[i-1].fence {
 			errs = append(errs, fmt.Errorf("fence %d after %d", ss[i].fence, ss[i-1].fence))
 		}
 	}
@@ -143,7 +152,7 @@ func TestCheckSectionsCatchesViolations(t *testing.T) {
 	t0 := time.Now()
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	good := []section{{fence: 1, start: at(0), end: at(10)}, {fence: 2, start: at(10), end: at(20)}}
-	if errs := checkSections(good, 2); len(errs) != 0 {
+	if errs := checkSections(good, 2, true); len(errs) != 0 {
 		t.Fatalf("clean history flagged: %v", errs)
 	}
 	tests := []struct {
@@ -156,7 +165,7 @@ func TestCheckSectionsCatchesViolations(t *testing.T) {
 		{"fence not rising", []section{{fence: 2, start: at(0), end: at(10)}, {fence: 2, start: at(10), end: at(20)}}, 2},
 	}
 	for _, tt := range tests {
-		if errs := checkSections(tt.give, tt.counter); len(errs) == 0 {
+		if errs := checkSections(tt.give, tt.counter, true); len(errs) == 0 {
 			t.Errorf("%s: not caught", tt.name)
 		}
 	}
