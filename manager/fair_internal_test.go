@@ -269,12 +269,7 @@ func eventuallyTrue(t *testing.T, what string, cond func() bool) {
 // A lock handed over in the process to a waiter that gives up before it
 // takes it up is released, not left held until its TTL.
 func TestTransferToWaiterThatGivesUp(t *testing.T) {
-	mr, m, holder, q, w := localWaiter(t)
-	m.queues.acquired(q, nil, holder)
-	h := m.queues.nextForRelease(holder)
-	if !m.queues.transfer(holder, h, holder.validUntil.Time()) {
-		t.Fatal("not transferred")
-	}
+	mr, m, holder, q, w := transferredToWaiter(t)
 	if g := <-w.ch; g.transfer == nil || g.transfer.token != holder.token {
 		t.Fatalf("grant %+v does not carry the holder's token", g)
 	}
@@ -308,13 +303,21 @@ func TestNoTransferOfOldToken(t *testing.T) {
 // token, and a later release would hand the key to that entry, which
 // nobody waits on (a claim lease lost).
 func TestTransferredWaiterMakesNoAttempt(t *testing.T) {
-	_, m, holder, q, w := localWaiter(t)
+	_, m, _, _, w := transferredToWaiter(t)
+	if _, _, skip := m.queues.markQueued(w, time.Now()); !skip {
+		t.Fatal("the waiter handed the lock would queue itself in Redis")
+	}
+}
+
+// transferredToWaiter is localWaiter whose holder, taken through the local
+// queue, has been released by handing it to w in the process (transfer).
+func transferredToWaiter(t *testing.T) (*miniredis.Miniredis, *Manager, *Lock, *localQueue, *fairWaiter) {
+	t.Helper()
+	mr, m, holder, q, w := localWaiter(t)
 	m.queues.acquired(q, nil, holder)
 	h := m.queues.nextForRelease(holder)
 	if !m.queues.transfer(holder, h, holder.validUntil.Time()) {
 		t.Fatal("not transferred")
 	}
-	if _, _, skip := m.queues.markQueued(w, time.Now()); !skip {
-		t.Fatal("the waiter handed the lock would queue itself in Redis")
-	}
+	return mr, m, holder, q, w
 }
