@@ -261,10 +261,12 @@ func (a *acquirer) attemptN(n int) (res attemptResult, sendAt time.Time, err err
 	if n > 1 {
 		sendAt = time.Now()
 	}
-	if g := a.granted; g != nil && g.claimed && time.Until(g.validFrom.Add(claimValidity)) < scripts.ClaimLease/2 {
+	if g := a.granted; g != nil && g.claimed && g.transfer == nil && time.Until(g.validFrom.Add(claimValidity)) < scripts.ClaimLease/2 {
 		// Handed over on the claim lease, but queued so long ago that
 		// too little of the lease may be left: a re-check confirms it
-		// (or finds it lost) instead.
+		// (or finds it lost) instead. (A lock handed over in the process
+		// is taken up whatever is left: take settles one whose validity
+		// ran out, and nothing else would settle it.)
 		a.granted = nil
 	}
 	switch {

@@ -321,3 +321,25 @@ func transferredToWaiter(t *testing.T) (*miniredis.Miniredis, *Manager, *Lock, *
 	}
 	return mr, m, holder, q, w
 }
+
+// A lock handed over in the process on a claim lease is taken up however
+// late its waiter gets to it: dropped, nothing would hand it over again.
+func TestLateTransferOnClaimIsTakenUp(t *testing.T) {
+	_, m, holder, q, w := localWaiter(t)
+	holder.rn.claimed = true
+	m.queues.acquired(q, nil, holder)
+	h := m.queues.nextForRelease(holder)
+	if !m.queues.transfer(holder, h, holder.validUntil.Time()) {
+		t.Fatal("not transferred")
+	}
+	g := <-w.ch
+	g.validFrom = g.validFrom.Add(-time.Second) // taken up a second late
+	ac := m.defaultAC
+	a := &acquirer{m: m, ctx: context.Background(), tg: target{resource: "r", key: holder.key}, ac: &ac, wait: true,
+		fair: true, fw: w, queue: q, granted: &g, start: time.Now(), token: w.token, tokenArg: w.token,
+		attemptDeadline: time.Now().Add(time.Second)}
+	res, _, err := a.attemptN(2)
+	if err != nil || res.status != attemptFresh || res.validUntil.IsZero() || a.token != holder.token {
+		t.Fatalf("attemptN = %+v, %v, token taken over: %v", res, err, a.token == holder.token)
+	}
+}
