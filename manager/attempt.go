@@ -332,7 +332,7 @@ func (m *Manager) attemptBatch(ctx context.Context, b *batchInfo, token string, 
 			actx = withTryAgainFallback(ctx)
 		}
 		if res, err = scripts.AcquireBatch.Run(actx, m.cmd, keys, token, ac.ttlMs, fencing, try, marks).Slice(); isTryAgain(err) {
-			status, held, err = m.attemptBatchKeys(ctx, b, token, ac, try, marks)
+			status, held, err = m.attemptBatchKeys(ctx, b, token, ac, first, mark)
 			return status, nil, held, 0, err
 		} else if err != nil {
 			return 0, nil, nil, 0, err
@@ -345,21 +345,18 @@ func (m *Manager) attemptBatch(ctx context.Context, b *batchInfo, token string, 
 // attemptBatchKeys is an unfenced batch's attempt while its slot migrates
 // and Redis answers TRYAGAIN to the batch script (on the slot's target, a
 // script whose keys are not all there yet; free keys are not there either):
-// it runs acquire_batch.lua on each key alone, in order, which each node
-// serves (a key that has left the source is redirected to the target). It
+// it makes the batch attempt (attemptBatch) on each key alone, in order,
+// which each node serves (a key that has left the source is redirected to
+// the target). It
 // holds the batch once every key holds the token. At the first key another
 // token holds it stops, releases the keys it took (release.lua, one by
 // one) and reports that key as held; the other keys are not looked at. A
 // fenced batch has no such path: its fences need the counters, which may
 // be on the other node.
-func (m *Manager) attemptBatchKeys(ctx context.Context, b *batchInfo, token string, ac *acquireConfig, try, marks string) (status int, held []int, err error) {
+func (m *Manager) attemptBatchKeys(ctx context.Context, b *batchInfo, token string, ac *acquireConfig, first, mark bool) (status int, held []int, err error) {
 	status = attemptReplay
 	for i, k := range b.keys {
-		res, err := scripts.AcquireBatch.Run(ctx, m.cmd, []string{k}, token, ac.ttlMs, luaFlag(false), try, marks).Slice()
-		st := attemptContended
-		if err == nil {
-			st, _, _, err = parseBatchReply(res, false)
-		}
+		st, _, _, _, err := m.attemptBatch(ctx, &batchInfo{keys: []string{k}}, token, ac, first, mark)
 		if err != nil || st == attemptContended {
 			if uerr := m.undoBatchKeys(ctx, b.keys[:i], token); err == nil {
 				err = uerr

@@ -366,7 +366,7 @@ func tokenMillis(tok string) (int64, bool) {
 // the waiter takes over with l's validity and claim lease; exclusion is as
 // if l held on. The token must be younger than maxTransferAge. It returns
 // false, changing nothing, when the lock is not to be transferred.
-func (lq *localQueues) transfer(l *Lock, h handover, validUntil time.Time) bool {
+func (lq *localQueues) transfer(l *Lock, h handover) bool {
 	w := h.w
 	if w == nil || !h.local || l.fence != 0 || w.fencing || w.ttl != l.ttl || l.multi != nil || l.rw != rwNone || w.mode != rwNone {
 		return false
@@ -374,7 +374,7 @@ func (lq *localQueues) transfer(l *Lock, h handover, validUntil time.Time) bool 
 	l.mu.Lock()
 	claimed, until := l.rn.claimed, l.validUntil
 	l.mu.Unlock()
-	if left := time.Until(validUntil); left < l.ttl/2 && (!claimed || left < scripts.ClaimLease/2) {
+	if left := until.Sub(monoNow()); left < l.ttl/2 && (!claimed || left < scripts.ClaimLease/2) {
 		return false
 	}
 	if ms, ok := tokenMillis(l.token); !ok || time.Since(time.UnixMilli(ms)) > maxTransferAge {

@@ -290,7 +290,7 @@ func TestNoTransferOfOldToken(t *testing.T) {
 	m.queues.acquired(q, nil, holder)
 	holder.token = newToken(m.cfg.owner, time.Now().Add(-maxTransferAge-time.Second))
 	h := m.queues.nextForRelease(holder)
-	if m.queues.transfer(holder, h, holder.validUntil.Time()) {
+	if m.queues.transfer(holder, h) {
 		t.Fatal("an old token was handed over in the process")
 	}
 	if ms, ok := tokenMillis(w.token); !ok || time.Since(time.UnixMilli(ms)) > time.Minute {
@@ -316,7 +316,7 @@ func transferredToWaiter(t *testing.T) (*miniredis.Miniredis, *Manager, *Lock, *
 	mr, m, holder, q, w := localWaiter(t)
 	m.queues.acquired(q, nil, holder)
 	h := m.queues.nextForRelease(holder)
-	if !m.queues.transfer(holder, h, holder.validUntil.Time()) {
+	if !m.queues.transfer(holder, h) {
 		t.Fatal("not transferred")
 	}
 	return mr, m, holder, q, w
@@ -329,7 +329,7 @@ func TestLateTransferOnClaimIsTakenUp(t *testing.T) {
 	holder.rn.claimed = true
 	m.queues.acquired(q, nil, holder)
 	h := m.queues.nextForRelease(holder)
-	if !m.queues.transfer(holder, h, holder.validUntil.Time()) {
+	if !m.queues.transfer(holder, h) {
 		t.Fatal("not transferred")
 	}
 	g := <-w.ch

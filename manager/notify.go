@@ -282,22 +282,26 @@ func (n *notifier) trySubscribe(key, ch string, sub *subscribing, sent func(), a
 	ctx, cancel := context.WithTimeout(n.ctx, subscribeWait)
 	defer cancel()
 	defer sent()
+	// failed ends an attempt that subscribed nothing.
+	failed := func(err error) *nodeSub {
+		if err != nil {
+			n.m.log.Debug("subscribe failed; waiting by polling", zap.String("event", "subscribe_failed"), zap.Error(err))
+		}
+		n.mu.Lock()
+		sub.on = nil
+		n.mu.Unlock()
+		return nil
+	}
 	node, err := n.m.topo.masterFor(ctx, key)
 	var ns *nodeSub
 	if err == nil && node != nil {
 		ns = n.nodeSub(node, sub)
 	}
 	if ns == nil || ns == avoid {
-		if err != nil {
-			n.m.log.Debug("subscribe failed; waiting by polling", zap.String("event", "subscribe_failed"), zap.Error(err))
-		}
 		if ns != nil {
-			n.mu.Lock()
-			sub.on = nil
-			n.mu.Unlock()
 			n.m.topo.reload(ctx)
 		}
-		return nil
+		return failed(err)
 	}
 	var confirmed chan struct{}
 	if n.m.topo.cc != nil {
@@ -323,17 +327,12 @@ func (n *notifier) trySubscribe(key, ch string, sub *subscribing, sent func(), a
 		sub.confirm = nil
 		n.mu.Unlock()
 		if err != nil {
-			n.unsubscribes.Add(1)
-			_ = ns.ps.SUnsubscribe(ctx, ch)
+			n.unsubscribe(ns, ch)
 			n.m.topo.reload(ctx)
 		}
 	}
 	if err != nil {
-		n.m.log.Debug("subscribe failed; waiting by polling", zap.String("event", "subscribe_failed"), zap.Error(err))
-		n.mu.Lock()
-		sub.on = nil
-		n.mu.Unlock()
-		return nil
+		return failed(err)
 	}
 	return ns
 }

@@ -303,7 +303,7 @@ func (r *releaseTry) once(ctx context.Context) error {
 		// This process's next waiter for the key, if any, is queued (or
 		// handed the lock) by this release.
 		r.h, r.handed = m.queues.nextForRelease(l), true
-		if m.queues.transfer(l, r.h, r.validUntil) {
+		if m.queues.transfer(l, r.h) {
 			r.h = handover{} // settled: the waiter holds the lock
 			return nil
 		}
