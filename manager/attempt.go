@@ -114,7 +114,15 @@ func (m *Manager) attempt(ctx context.Context, key, token string, tokenArg any, 
 		return m.attemptWait(ctx, key, token, ttlMs, ac)
 	}
 	if ac.fencing {
-		res, err := scripts.AcquireFenced.Run(ctx, m.cmd, []string{key, sharding.FenceKey(key)}, token, ttlMs).Slice()
+		res, err := scripts.AcquireFenced.Run(withTryAgainFallback(ctx), m.cmd, []string{key, sharding.FenceKey(key)}, token, ttlMs).Slice()
+		if isTryAgain(err) {
+			// The key and its counter are apart while the slot migrates.
+			status, fences, _, err := m.attemptBatchKeys(ctx, &batchInfo{keys: []string{key}}, token, ac, true, false)
+			if len(fences) > 0 {
+				fence = fences[0]
+			}
+			return status, fence, 0, err
+		}
 		status, fence, err := parseFenced(res, err)
 		return status, fence, 0, err
 	}
@@ -328,12 +336,12 @@ func (m *Manager) attemptBatch(ctx context.Context, b *batchInfo, token string, 
 		}
 	} else {
 		actx := ctx
-		if !ac.fencing && len(keys) > 1 {
+		if len(keys) > 1 {
 			actx = withTryAgainFallback(ctx)
 		}
 		if res, err = scripts.AcquireBatch.Run(actx, m.cmd, keys, token, ac.ttlMs, fencing, try, marks).Slice(); isTryAgain(err) {
-			status, held, err = m.attemptBatchKeys(ctx, b, token, ac, first, mark)
-			return status, nil, held, 0, err
+			status, fences, held, err = m.attemptBatchKeys(ctx, b, token, ac, first, mark)
+			return status, fences, held, 0, err
 		} else if err != nil {
 			return 0, nil, nil, 0, err
 		}
@@ -342,35 +350,56 @@ func (m *Manager) attemptBatch(ctx context.Context, b *batchInfo, token string, 
 	return status, fences, held, replicas, err
 }
 
-// attemptBatchKeys is an unfenced batch's attempt while its slot migrates
-// and Redis answers TRYAGAIN to the batch script (on the slot's target, a
-// script whose keys are not all there yet; free keys are not there either):
-// it makes the batch attempt (attemptBatch) on each key alone, in order,
-// which each node serves (a key that has left the source is redirected to
-// the target). It
-// holds the batch once every key holds the token. At the first key another
-// token holds it stops, releases the keys it took (release.lua, one by
-// one) and reports that key as held; the other keys are not looked at. A
-// fenced batch has no such path: its fences need the counters, which may
-// be on the other node.
-func (m *Manager) attemptBatchKeys(ctx context.Context, b *batchInfo, token string, ac *acquireConfig, first, mark bool) (status int, held []int, err error) {
+// attemptBatchKeys is a batch's attempt (or a fenced lock's, a batch of
+// one) while its slot migrates and Redis answers TRYAGAIN to the acquire
+// script: on the slot's target, a script whose keys are not all there yet
+// (free keys are not there either, and a fence counter may be on either
+// node). It makes the unfenced batch attempt (attemptBatch) on each key
+// alone, in order, which each node serves (a key that has left the source
+// is redirected to the target), and holds the batch once every key holds
+// the token. At the first key another token holds it stops, releases the
+// keys it took (release.lua, one by one) and reports that key as held;
+// the other keys are not looked at.
+//
+// With fencing, once it holds every key, it takes each key's fence alone
+// (take_fence.lua), on whichever node has the counter. Fences still rise:
+// every holder takes its fence while it holds the key, whether in one
+// script or in two, and the counter is on one node at a time (MIGRATE
+// moves a key atomically). A fence that fails releases the keys.
+func (m *Manager) attemptBatchKeys(ctx context.Context, b *batchInfo, token string, ac *acquireConfig, first, mark bool) (status int, fences []uint64, held []int, err error) {
+	plain := *ac
+	plain.fencing = false
 	status = attemptReplay
 	for i, k := range b.keys {
-		st, _, _, _, err := m.attemptBatch(ctx, &batchInfo{keys: []string{k}}, token, ac, first, mark)
+		st, _, _, _, err := m.attemptBatch(ctx, &batchInfo{keys: []string{k}}, token, &plain, first, mark)
 		if err != nil || st == attemptContended {
 			if uerr := m.undoBatchKeys(ctx, b.keys[:i], token); err == nil {
 				err = uerr
 			}
 			if err != nil {
-				return 0, nil, err
+				return 0, nil, nil, err
 			}
-			return attemptContended, []int{i + 1}, nil
+			return attemptContended, nil, []int{i + 1}, nil
 		}
 		if st == attemptFresh {
 			status = attemptFresh
 		}
 	}
-	return status, nil, nil
+	if !ac.fencing {
+		return status, nil, nil, nil
+	}
+	fences = make([]uint64, len(b.keys))
+	for i, k := range b.keys {
+		f, err := scripts.TakeFence.Run(ctx, m.cmd, []string{sharding.FenceKey(k)}).Int64()
+		if err != nil {
+			if uerr := m.undoBatchKeys(ctx, b.keys, token); uerr != nil {
+				err = errors.Join(err, uerr)
+			}
+			return 0, nil, nil, err
+		}
+		fences[i] = uint64(f)
+	}
+	return status, fences, nil, nil
 }
 
 // undoBatchKeys releases keys, which an attempt of attemptBatchKeys took

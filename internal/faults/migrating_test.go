@@ -399,6 +399,158 @@ func TestBatchThroughMigratingSlot(t *testing.T) {
 	}
 }
 
+// A fenced lock or batch whose slot migrates is taken while the slot is in
+// MIGRATING/IMPORTING, whether its fence counters are still on the source
+// or already on the target: Redis answers TRYAGAIN to the fenced acquire
+// script (the free key is on neither node, the counter on one), and the
+// acquire then takes the keys alone and each fence where its counter is.
+// Each counter stays on one node, holds the fence it handed out, and the
+// migration ends without a key that is on both nodes.
+func TestFencedThroughMigratingSlot(t *testing.T) {
+	ctx, addrs, admin := migrationSetup(t)
+	var tryAgains atomic.Int64
+	m := hookedManager(t, ctx, addrs, tryAgainHook{&tryAgains}, manager.WithOwner("fenced"), manager.WithFencing(true))
+	other := hookedManager(t, ctx, addrs, nil, manager.WithOwner("other"), manager.WithFencing(true))
+	tag := testenv.Unique("migfenced")
+	group := func(parts ...string) []string {
+		t.Helper()
+		var rs []string
+		for _, p := range parts {
+			r, err := sharding.Group(tag, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rs = append(rs, r)
+		}
+		return rs
+	}
+	singles, batch, busy := group("stays", "moves"), group("a", "b", "c"), group("busy-a", "busy-b")
+	fenceKey := func(r string) string {
+		k, _ := sharding.LockKey(sharding.DefaultPrefix, r)
+		return sharding.FenceKey(k)
+	}
+	// Fences taken before the migration, on the source: every counter exists.
+	before := map[string]uint64{}
+	for _, r := range singles {
+		l, err := m.TryAcquire(ctx, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[r] = l.Fence()
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, rs := range [][]string{batch, busy} {
+		l, err := m.TryAcquireBatch(ctx, rs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range rs {
+			before[r] = l.Fences()[i]
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held, err := other.TryAcquire(ctx, busy[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := sharding.Slot(held.Key())
+	src, dst := migrationNodes(t, ctx, admin, slot)
+	if err := startMigration(ctx, src, dst, slot); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := finishMigration(ctx, addrs, src, dst, slot); err != nil {
+			t.Errorf("migration: %v", err)
+			repairMigration(t, ctx, addrs, src, dst, slot)
+		}
+	}()
+	// Two counters go ahead to the target; the others stay on the source.
+	host, port, _ := strings.Cut(dst.Options().Addr, ":")
+	if err := src.Do(ctx, "migrate", host, port, "", 0, 5000, "keys", fenceKey(singles[1]), fenceKey(batch[1])).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// onOneNode checks that r's counter is on one node and holds fence.
+	onOneNode := func(r string, fence uint64) {
+		t.Helper()
+		fk := fenceKey(r)
+		onSrc, onDst := src.Exists(ctx, fk).Val() == 1, importedKey(t, ctx, dst, fk)
+		if onSrc == onDst {
+			t.Fatalf("%s: on the source %v, on the target %v; want it on one", fk, onSrc, onDst)
+		}
+		if fence <= before[r] {
+			t.Errorf("%s: fence %d, not above %d, taken before the migration", r, fence, before[r])
+		}
+		c := src
+		if onDst {
+			var get *redis.StringCmd
+			if _, err := dst.Pipelined(ctx, func(p redis.Pipeliner) error {
+				p.Do(ctx, "asking")
+				get = p.Get(ctx, fk)
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := get.Uint64(); got != fence {
+				t.Errorf("%s on the target holds %d, not the fence %d", fk, got, fence)
+			}
+			return
+		}
+		if got, _ := c.Get(ctx, fk).Uint64(); got != fence {
+			t.Errorf("%s on the source holds %d, not the fence %d", fk, got, fence)
+		}
+	}
+
+	for _, r := range singles {
+		actx, acancel := context.WithTimeout(ctx, 3*time.Second)
+		l, err := m.TryAcquire(actx, r)
+		acancel()
+		if err != nil {
+			t.Fatalf("fenced %s, its slot migrating: %v (%d TRYAGAIN replies)", r, err, tryAgains.Load())
+		}
+		onOneNode(r, l.Fence())
+		if !importedKey(t, ctx, dst, l.Key()) {
+			t.Errorf("%s is not on the slot's target", l.Key())
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("release: %v", err)
+		}
+	}
+	if tryAgains.Load() == 0 {
+		t.Fatal("no TRYAGAIN: the slot is not migrating")
+	}
+	actx, acancel := context.WithTimeout(ctx, 3*time.Second)
+	l, err := m.TryAcquireBatch(actx, batch)
+	acancel()
+	if err != nil {
+		t.Fatalf("the fenced batch, its slot migrating: %v", err)
+	}
+	for i, r := range batch {
+		onOneNode(r, l.Fences()[i])
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+
+	actx, acancel = context.WithTimeout(ctx, 3*time.Second)
+	_, err = m.TryAcquireBatch(actx, busy)
+	acancel()
+	var heldErr *manager.BatchHeldError
+	if !errors.As(err, &heldErr) || len(heldErr.Held) != 1 || heldErr.Held[0] != busy[1] {
+		t.Fatalf("the fenced batch with a held key = %v, want a BatchHeldError naming %s", err, busy[1])
+	}
+	k, _ := sharding.LockKey(sharding.DefaultPrefix, busy[0])
+	if src.Exists(ctx, k).Val() != 0 || importedKey(t, ctx, dst, k) {
+		t.Errorf("%s was left behind", k)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // importedKey reports whether key is on dst, the target of its migrating
 // slot (ASKING and EXISTS on one connection).
 func importedKey(t *testing.T, ctx context.Context, dst *redis.Client, key string) bool {

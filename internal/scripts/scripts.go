@@ -21,6 +21,8 @@ var (
 	handoverSrc string
 	//go:embed fence.lua
 	fenceSrc string
+	//go:embed take_fence.lua
+	takeFenceSrc string
 	//go:embed release.lua
 	releaseSrc string
 	//go:embed acquire_queue.lua
@@ -60,6 +62,7 @@ var (
 // where a script says "-- #include handover.lua" or "-- #include fence.lua".
 var (
 	AcquireFenced = redis.NewScript(include(acquireFencedSrc))
+	TakeFence     = redis.NewScript(include(takeFenceSrc))
 	Release       = redis.NewScript(include(releaseSrc))
 	AcquireQueue  = redis.NewScript(include(acquireQueueSrc))
 	Extend        = redis.NewScript(include(extendSrc))
@@ -86,7 +89,7 @@ const ClaimLease = 200 * time.Millisecond
 
 // All lists every script, for preloading.
 func All() []*redis.Script {
-	return []*redis.Script{AcquireFenced, Release, AcquireQueue, Extend, PTTL, AcquireBatch, ReleaseBatch, ExtendBatch, PTTLBatch, Resume, ForceRelease,
+	return []*redis.Script{AcquireFenced, TakeFence, Release, AcquireQueue, Extend, PTTL, AcquireBatch, ReleaseBatch, ExtendBatch, PTTLBatch, Resume, ForceRelease,
 		RWAcquire, RWRelease, RWExtend, RWPTTL, RWLeave}
 }
 
