@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -115,16 +116,17 @@ func (m *Manager) acquireBatch(ctx context.Context, resources []string, opts []A
 	if err != nil {
 		return nil, err
 	}
-	b := &batchInfo{resources: append([]string(nil), resources...), keys: keys}
-	slots := make(map[string]int, len(resources))
-	for i, r := range resources {
-		slots[r] = sharding.Slot(keys[i])
-	}
-	for _, r := range resources {
-		if slots[r] != slots[resources[0]] {
+	first := sharding.Slot(keys[0])
+	for _, k := range keys[1:] {
+		if sharding.Slot(k) != first {
+			slots := make(map[string]int, len(resources))
+			for i, r := range resources {
+				slots[r] = sharding.Slot(keys[i])
+			}
 			return nil, &CrossSlotError{Slots: slots}
 		}
 	}
+	b := &batchInfo{resources: append([]string(nil), resources...), keys: keys}
 	return m.acquireMeasured(ctx, target{resource: resources[0], key: keys[0], batch: b}, &ac, wait)
 }
 
@@ -136,23 +138,37 @@ func (m *Manager) setKeys(arg string, resources []string) ([]string, error) {
 		return nil, invalid(arg, "%d resources, want 1 to %d", len(resources), MaxBatch)
 	}
 	keys := make([]string, len(resources))
-	seen := make(map[string]string, len(resources)) // key -> resource
+	var seen map[string]int // key -> index, for large sets; small ones are scanned
+	if len(resources) > scanDuplicatesUpTo {
+		seen = make(map[string]int, len(resources))
+	}
 	for i, r := range resources {
 		key, err := m.lockKey(r)
 		if err != nil {
 			return nil, err
 		}
-		if first, ok := seen[key]; ok {
-			if first == r {
+		j, dup := -1, false
+		if seen != nil {
+			j, dup = seen[key]
+			seen[key] = i
+		} else {
+			j = slices.Index(keys[:i], key)
+			dup = j >= 0
+		}
+		if dup {
+			if resources[j] == r {
 				return nil, invalid("resources", "resource %q appears twice", r)
 			}
-			return nil, invalid("resources", "resources %q and %q name the same lock %q", first, r, key)
+			return nil, invalid("resources", "resources %q and %q name the same lock %q", resources[j], r, key)
 		}
-		seen[key] = r
 		keys[i] = key
 	}
 	return keys, nil
 }
+
+// scanDuplicatesUpTo is the largest set whose keys setKeys compares one by
+// one rather than through a map (cheaper for the usual few keys).
+const scanDuplicatesUpTo = 16
 
 // Resources returns the resources the lock holds: one, or a batch's.
 func (l *Lock) Resources() []string {

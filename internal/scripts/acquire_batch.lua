@@ -10,10 +10,29 @@
 -- else {1, fence...} when this call set the keys, {2, fence...} when every
 -- key already held this token (a re-sent attempt; a key may hold it with
 -- release.lua's queued mark "\30"). Fences only with fencing.
--- #include prelude.lua
+-- Fast path, the free batch: one SET NX PX per key and nothing else (every
+-- redis.call costs; this path is what a batch costs over a single lock).
+-- It runs before the shared pieces are defined below: their functions are
+-- made anew on every call, which costs the server more than this path's
+-- bookkeeping. At the first key that is not free, undo the keys set so far
+-- (they were free: nothing ran between) and decide on the slow path below.
 local fencing = ARGV[3] == '1'
 local n = #KEYS
 if fencing then n = n / 2 end
+local set_all = false
+if ARGV[4] == '1' then
+  local i = 1
+  while i <= n and redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2], 'NX') do
+    i = i + 1
+  end
+  if i > n then
+    if not fencing then return {1} end
+    set_all = true
+  elseif i > 1 then
+    redis.call('DEL', unpack(KEYS, 1, i - 1))
+  end
+end
+-- #include prelude.lua
 -- #include fence.lua
 -- fences appends the keys' fences to out: taken (a fresh batch; see
 -- fence.lua) or read (resent). A counter that is not an integer makes an
@@ -37,21 +56,8 @@ local function fences(out, resent)
   end
   return out
 end
--- Fast path, the free batch: one SET NX PX per key and nothing else (every
--- redis.call costs; this path is what a batch costs over a single lock).
--- At the first key that is not free, undo the keys set so far (they were
--- free: nothing ran between) and decide on the slow path below.
-if ARGV[4] == '1' then
-  local i = 1
-  while i <= n and redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2], 'NX') do
-    i = i + 1
-  end
-  if i > n then
-    return fences({1}, false)
-  end
-  if i > 1 then
-    redis.call('DEL', unpack(KEYS, 1, i - 1))
-  end
+if set_all then
+  return fences({1}, false)
 end
 local cur = redis.call('MGET', unpack(KEYS, 1, n))
 local held, mine, vals = {}, 0, {}

@@ -28,7 +28,7 @@
 -- only a re-send finds it. A release that handed the key to ARGV[2]'s
 -- waiter needs no record: that waiter holds the key until it hears this
 -- call's answer, so a re-send finds its token there and answers {3, fence}.
--- #include prelude.lua (the helper keys' suffixes, the queued mark, is_mine)
+-- #include names.lua (the helper keys' suffixes, the queued mark)
 local k = KEYS[1]
 local v = redis.pcall('GET', k)
 local nxt = ARGV[2] or ''
@@ -37,6 +37,7 @@ if v == ARGV[1] and nxt == '' then
   redis.pcall('SET', k .. OUTCOME_SUFFIX, v .. '=1', 'PX', 5000)
   return 1
 end
+-- #include prelude.lua (is_mine, forced: after the fast path, which returns without them)
 local function record(out)
   redis.pcall('SET', k .. OUTCOME_SUFFIX, ARGV[1] .. '=' .. out, 'PX', 5000)
 end

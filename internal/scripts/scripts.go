@@ -96,14 +96,21 @@ func All() []*redis.Script {
 // includePrefix starts the line where a script takes a shared piece.
 const includePrefix = "-- #include "
 
-// preludeSrc is the piece prelude.lua, made from sharding's constants: the
+// namesSrc is the piece names.lua, made from sharding's constants: the
 // suffixes of a lock's helper keys and channel (the scripts derive those
 // names from the lock key; declared in KEYS instead, helper keys that do
 // not exist would make Redis answer TRYAGAIN to every script on a held
-// lock for as long as its slot migrates), the queued mark, and is_mine,
-// the one test of whether a lock key's value is a token's.
-var preludeSrc = fmt.Sprintf(`local FENCE_SUFFIX, QUEUE_SUFFIX, OUTCOME_SUFFIX, CHANNEL_SUFFIX, FORCED_SUFFIX = %q, %q, %q, %q, %q
+// lock for as long as its slot migrates) and the queued mark.
+var namesSrc = fmt.Sprintf(`local FENCE_SUFFIX, QUEUE_SUFFIX, OUTCOME_SUFFIX, CHANNEL_SUFFIX, FORCED_SUFFIX = %q, %q, %q, %q, %q
 local QUEUED_MARK = '\%d'
+`, sharding.FenceSuffix, sharding.QueueSuffix, sharding.OutcomeSuffix, sharding.ChannelSuffix, sharding.ForcedSuffix, sharding.QueuedMark[0])
+
+// preludeSrc is the piece prelude.lua: names.lua, and is_mine, the one test
+// of whether a lock key's value is a token's, and forced. A script's fast
+// path that needs only the names includes names.lua before it and
+// prelude.lua after it: the server makes a script's functions anew on
+// every call, and a fast path that returns first never pays for them.
+var preludeSrc = `-- #include names.lua
 -- is_mine reports whether v, a lock key's value, is token tok, with or
 -- without the queued mark.
 local function is_mine(v, tok) return v == tok or v == tok .. QUEUED_MARK end
@@ -113,10 +120,10 @@ local function forced(k, tok)
   local r = redis.pcall('GET', k .. FORCED_SUFFIX)
   return type(r) == 'string' and string.sub(r, 1, #tok + 1) == tok .. '='
 end
-`, sharding.FenceSuffix, sharding.QueueSuffix, sharding.OutcomeSuffix, sharding.ChannelSuffix, sharding.ForcedSuffix, sharding.QueuedMark[0])
+`
 
 // pieces are the shared pieces, by name.
-var pieces = map[string]*string{"handover.lua": &handoverSrc, "fence.lua": &fenceSrc, "prelude.lua": &preludeSrc, "rw.lua": &rwSrc}
+var pieces = map[string]*string{"handover.lua": &handoverSrc, "fence.lua": &fenceSrc, "names.lua": &namesSrc, "prelude.lua": &preludeSrc, "rw.lua": &rwSrc}
 
 // include puts each shared piece in place of the line of src that includes
 // it (the rest of that line is a comment), and the pieces it includes in

@@ -48,8 +48,8 @@ func TestClaimLeaseMatches(t *testing.T) {
 // prelude.lua's names, which are sharding's constants.
 func TestSuffixesAreShardings(t *testing.T) {
 	for _, suffix := range []string{sharding.FenceSuffix, sharding.QueueSuffix, sharding.OutcomeSuffix, sharding.ChannelSuffix, sharding.ForcedSuffix} {
-		if !strings.Contains(preludeSrc, fmt.Sprintf("%q", suffix)) {
-			t.Errorf("prelude.lua lacks %q", suffix)
+		if !strings.Contains(namesSrc, fmt.Sprintf("%q", suffix)) {
+			t.Errorf("names.lua lacks %q", suffix)
 		}
 		for name, src := range map[string]string{"handover": handoverSrc, "release": releaseSrc, "release_batch": releaseBatchSrc,
 			"acquire_queue": acquireQueueSrc, "acquire_batch": acquireBatchSrc, "acquire_fenced": acquireFencedSrc, "extend": extendSrc,
@@ -62,10 +62,10 @@ func TestSuffixesAreShardings(t *testing.T) {
 		}
 	}
 	if got := include(releaseSrc); strings.Count(got, "local FENCE_SUFFIX") != 1 {
-		t.Error("release.lua: prelude.lua not included once")
+		t.Error("release.lua: names.lua not included once")
 	}
-	if want := fmt.Sprintf("local QUEUED_MARK = '\\%d'\n", sharding.QueuedMark[0]); !strings.Contains(preludeSrc, want) {
-		t.Errorf("prelude.lua does not say %q", want)
+	if want := fmt.Sprintf("local QUEUED_MARK = '\\%d'\n", sharding.QueuedMark[0]); !strings.Contains(namesSrc, want) {
+		t.Errorf("names.lua does not say %q", want)
 	}
 	// Every script that reads a lock key's value tests it with is_mine or
 	// QUEUED_MARK, never a spelled-out mark.
@@ -80,7 +80,7 @@ func TestSuffixesAreShardings(t *testing.T) {
 			}
 		}
 		if got := include(src); !strings.Contains(got, "local QUEUED_MARK") {
-			t.Errorf("%s.lua does not include prelude.lua", name)
+			t.Errorf("%s.lua does not include names.lua", name)
 		}
 	}
 	// And what runs is the included source.
