@@ -116,6 +116,9 @@ func TestRealReplayedReleaseAndExtend(t *testing.T) {
 		if n := c.Exists(ctx, l.Key()).Val(); n != 0 {
 			t.Fatal("the key is still there")
 		}
+		// The key became its release record: the token, for the rest of
+		// the lock's TTL (a minute, after the extend) and no longer.
+		recordOf(t, c, l.Key(), l.Token(), time.Minute)
 		tag := testenv.Unique("replay-batch")
 		b, err := m.TryAcquireBatch(ctx, []string{"{" + tag + "}:a", "{" + tag + "}:b"})
 		if err != nil {
@@ -124,10 +127,27 @@ func TestRealReplayedReleaseAndExtend(t *testing.T) {
 		if err := b.Release(ctx); err != nil {
 			t.Fatalf("replayed batch release: %v", err)
 		}
+		recordOf(t, c, b.Keys()[0], b.Token(), manager.DefaultTTL)
+		if n := c.Exists(ctx, b.Keys()...).Val(); n != 0 {
+			t.Fatalf("%d of the batch's keys are still there", n)
+		}
 		if replays.Load() < 3 {
 			t.Fatalf("%d replays: the hook did not replay the calls", replays.Load())
 		}
 	})
+}
+
+// recordOf checks the release record of key: token, expiring within ttl.
+func recordOf(t *testing.T, c redis.UniversalClient, key, token string, ttl time.Duration) {
+	t.Helper()
+	ctx := ctxT(t)
+	rec := sharding.OutcomeKey(key)
+	if v := c.Get(ctx, rec).Val(); v != token {
+		t.Fatalf("release record %q, want the token", v)
+	}
+	if left := c.PTTL(ctx, rec).Val(); left <= 0 || left > ttl {
+		t.Fatalf("release record expires in %v, want within %v", left, ttl)
+	}
 }
 
 // A release that hands the lock to a queued waiter, run twice, hands it

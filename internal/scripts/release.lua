@@ -21,10 +21,13 @@
 -- when it was handed to ARGV[2]'s waiter, and -2 when a forced release
 -- (force_release.lua) took the key from the token.
 --
--- The same call run twice (a re-send) answers the same: a release that
--- deleted the key or handed it to a queued waiter leaves its outcome on
--- "<key>:outcome" for 5 s, as "<token>=<answer>", and a run that finds the
--- key not its token's answers from there. A token is released once, so
+-- The same call run twice (a re-send) answers the same: a release leaves
+-- its outcome on "<key>:outcome", and a run that finds the key not its
+-- token's answers from there. The plain compare-and-delete renames the key
+-- to that record (one command, no new value): the record holds the token,
+-- meaning 1, for the rest of the lock's TTL, so a release never keeps more
+-- than the held lock took. A release that deleted a marked key or handed it
+-- to a queued waiter writes "<token>=<answer>" there for 5 s. A token is released once, so
 -- only a re-send finds it. A release that handed the key to ARGV[2]'s
 -- waiter needs no record: that waiter holds the key until it hears this
 -- call's answer, so a re-send finds its token there and answers {3, fence}.
@@ -33,8 +36,12 @@ local k = KEYS[1]
 local v = redis.pcall('GET', k)
 local nxt = ARGV[2] or ''
 if v == ARGV[1] and nxt == '' then
-  redis.call('DEL', k)
-  redis.pcall('SET', k .. OUTCOME_SUFFIX, v .. '=1', 'PX', 5000)
+  local r = redis.pcall('RENAME', k, k .. OUTCOME_SUFFIX)
+  if r.err then
+    -- The record's key is not this node's to write (a migrating slot: the
+    -- server refuses undeclared keys there): released without a record.
+    redis.call('DEL', k)
+  end
   return 1
 end
 -- #include prelude.lua (is_mine, forced: after the fast path, which returns without them)
@@ -53,6 +60,7 @@ if not is_mine(v, ARGV[1]) then
     end
   end
   local r = redis.pcall('GET', k .. OUTCOME_SUFFIX)
+  if r == ARGV[1] then return 1 end -- renamed by the fast path
   if type(r) == 'string' and string.sub(r, 1, #ARGV[1] + 1) == ARGV[1] .. '=' then
     local out = string.sub(r, #ARGV[1] + 2)
     if out == '1' or out == '2' then return tonumber(out) end
