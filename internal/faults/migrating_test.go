@@ -344,21 +344,7 @@ func TestBatchThroughMigratingSlot(t *testing.T) {
 		}
 		busy = append(busy, r)
 	}
-	held, err := other.TryAcquire(ctx, busy[1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	slot := sharding.Slot(held.Key())
-	src, dst := migrationNodes(t, ctx, admin, slot)
-	if err := startMigration(ctx, src, dst, slot); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := finishMigration(ctx, addrs, src, dst, slot); err != nil {
-			t.Errorf("migration: %v", err)
-			repairMigration(t, ctx, addrs, src, dst, slot)
-		}
-	}()
+	held, src, dst := migratingUnder(t, ctx, addrs, admin, other, busy[1])
 
 	actx, acancel := context.WithTimeout(ctx, 3*time.Second)
 	l, err := m.TryAcquireBatch(actx, free)
@@ -378,21 +364,9 @@ func TestBatchThroughMigratingSlot(t *testing.T) {
 		t.Fatalf("release: %v", err)
 	}
 
-	actx, acancel = context.WithTimeout(ctx, 3*time.Second)
-	_, err = m.TryAcquireBatch(actx, busy)
-	acancel()
-	var heldErr *manager.BatchHeldError
-	if !errors.As(err, &heldErr) || len(heldErr.Held) != 1 || heldErr.Held[0] != busy[1] {
-		t.Fatalf("the batch with a held key = %v, want a BatchHeldError naming %s", err, busy[1])
-	}
+	refusedLeavingNothing(t, ctx, m, busy, busy[1], src, dst)
 	if v := src.Get(ctx, held.Key()).Val(); v != held.Token() {
 		t.Errorf("the held key holds %q, not its holder's token", v)
-	}
-	for _, r := range []string{busy[0], busy[2]} {
-		k, _ := sharding.LockKey(sharding.DefaultPrefix, r)
-		if src.Exists(ctx, k).Val() != 0 || importedKey(t, ctx, dst, k) {
-			t.Errorf("%s was left behind", k)
-		}
 	}
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -453,21 +427,7 @@ func TestFencedThroughMigratingSlot(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	held, err := other.TryAcquire(ctx, busy[1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	slot := sharding.Slot(held.Key())
-	src, dst := migrationNodes(t, ctx, admin, slot)
-	if err := startMigration(ctx, src, dst, slot); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := finishMigration(ctx, addrs, src, dst, slot); err != nil {
-			t.Errorf("migration: %v", err)
-			repairMigration(t, ctx, addrs, src, dst, slot)
-		}
-	}()
+	held, src, dst := migratingUnder(t, ctx, addrs, admin, other, busy[1])
 	// Two counters go ahead to the target; the others stay on the source.
 	host, port, _ := strings.Cut(dst.Options().Addr, ":")
 	if err := src.Do(ctx, "migrate", host, port, "", 0, 5000, "keys", fenceKey(singles[1]), fenceKey(batch[1])).Err(); err != nil {
@@ -535,20 +495,57 @@ func TestFencedThroughMigratingSlot(t *testing.T) {
 		t.Fatalf("release: %v", err)
 	}
 
-	actx, acancel = context.WithTimeout(ctx, 3*time.Second)
-	_, err = m.TryAcquireBatch(actx, busy)
-	acancel()
-	var heldErr *manager.BatchHeldError
-	if !errors.As(err, &heldErr) || len(heldErr.Held) != 1 || heldErr.Held[0] != busy[1] {
-		t.Fatalf("the fenced batch with a held key = %v, want a BatchHeldError naming %s", err, busy[1])
-	}
-	k, _ := sharding.LockKey(sharding.DefaultPrefix, busy[0])
-	if src.Exists(ctx, k).Val() != 0 || importedKey(t, ctx, dst, k) {
-		t.Errorf("%s was left behind", k)
-	}
+	refusedLeavingNothing(t, ctx, m, busy, busy[1], src, dst)
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// refusedLeavingNothing checks that m's batch of resources, of which held
+// is someone else's, is refused naming held, and leaves none of the other
+// keys on src or dst (a migration's source and target).
+func refusedLeavingNothing(t *testing.T, ctx context.Context, m *manager.Manager, resources []string, held string, src, dst *redis.Client) {
+	t.Helper()
+	actx, acancel := context.WithTimeout(ctx, 3*time.Second)
+	_, err := m.TryAcquireBatch(actx, resources)
+	acancel()
+	var heldErr *manager.BatchHeldError
+	if !errors.As(err, &heldErr) || len(heldErr.Held) != 1 || heldErr.Held[0] != held {
+		t.Fatalf("the batch with a held key = %v, want a BatchHeldError naming %s", err, held)
+	}
+	for _, r := range resources {
+		if r == held {
+			continue
+		}
+		k, _ := sharding.LockKey(sharding.DefaultPrefix, r)
+		if src.Exists(ctx, k).Val() != 0 || importedKey(t, ctx, dst, k) {
+			t.Errorf("%s was left behind", k)
+		}
+	}
+}
+
+// migratingUnder takes resource with m and puts its slot in migration
+// (startMigration), which ends when the test does (finishMigration, or
+// repairMigration if that fails). It returns the lock and the migration's
+// source and target.
+func migratingUnder(t *testing.T, ctx context.Context, addrs []string, admin *redis.ClusterClient, m *manager.Manager, resource string) (held *manager.Lock, src, dst *redis.Client) {
+	t.Helper()
+	held, err := m.TryAcquire(ctx, resource)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := sharding.Slot(held.Key())
+	src, dst = migrationNodes(t, ctx, admin, slot)
+	if err := startMigration(ctx, src, dst, slot); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := finishMigration(ctx, addrs, src, dst, slot); err != nil {
+			t.Errorf("migration: %v", err)
+			repairMigration(t, ctx, addrs, src, dst, slot)
+		}
+	})
+	return held, src, dst
 }
 
 // importedKey reports whether key is on dst, the target of its migrating
