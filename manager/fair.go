@@ -343,21 +343,6 @@ func (lq *localQueues) nextForRelease(l *Lock) handover {
 // its token, which a chain of such hand-overs keeps.
 const maxTransferAge = 10 * time.Second
 
-// tokenMillis reads the issue time (Unix ms) of token tok, without
-// checking the rest of it (ParseToken does).
-func tokenMillis(tok string) (int64, bool) {
-	_, rest, ok := strings.Cut(tok, ".")
-	if !ok {
-		return 0, false
-	}
-	ms, _, ok := strings.Cut(rest, ".")
-	if !ok {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(ms, 10, 64)
-	return n, err == nil
-}
-
 // transfer hands the lock l is releasing to h's waiter without a round
 // trip, when the release would hand it to that waiter directly (h.local)
 // and nothing is to change in Redis: both unfenced (a new holder needs a

@@ -101,6 +101,22 @@ func ParseToken(s string) (TokenInfo, error) {
 	return TokenInfo{Version: parts[0], AcquiredAt: time.UnixMilli(ms), Owner: parts[3]}, nil
 }
 
+// tokenMillis reads the issue time (Unix ms) of token tok, as ParseToken's
+// AcquiredAt, without checking the rest of it and without allocating (the
+// in-process hand-over reads it on a contended release).
+func tokenMillis(tok string) (int64, bool) {
+	_, rest, ok := strings.Cut(tok, ".")
+	if !ok {
+		return 0, false
+	}
+	ms, _, ok := strings.Cut(rest, ".")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(ms, 10, 64)
+	return n, err == nil
+}
+
 // decimal reports whether s is a non-negative decimal number as
 // strconv.FormatInt writes it: digits only, no leading zero but for "0".
 func decimal(s string) bool {
