@@ -489,15 +489,11 @@ func moveSlot(ctx context.Context, addrs []string, src, dst *redis.Client, slot 
 			args = append(args, k)
 		}
 		if err := src.Do(ctx, args...).Err(); err != nil && !strings.Contains(err.Error(), "NOKEY") {
-			// Key by key: a release record the target has too (a release
-			// ran there meanwhile) is replaced, as the README tells
-			// operators to; any other key the target has already fails.
+			// Key by key, to name every key the target has already (no
+			// lock call makes a second copy: any is a failure).
 			var busy []string
 			for _, k := range keys {
 				e := src.Do(ctx, "migrate", host, port, k, 0, 5000).Err()
-				if e != nil && strings.Contains(e.Error(), "BUSYKEY") && strings.HasSuffix(k, sharding.OutcomeSuffix) {
-					e = src.Do(ctx, "migrate", host, port, k, 0, 5000, "replace").Err()
-				}
 				if e != nil && strings.Contains(e.Error(), "BUSYKEY") {
 					typ := src.Type(ctx, k).Val()
 					busy = append(busy, k+"("+typ+")")

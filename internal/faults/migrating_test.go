@@ -563,52 +563,97 @@ func importedKey(t *testing.T, ctx context.Context, dst *redis.Client, key strin
 	return exists.Val() == 1
 }
 
-// A lock released on the source of its slot's migration, then taken and
-// released again on the target (its key left the source with the first
-// release), leaves a release record on each node: the one key a
-// migration may meet on both nodes, which finishMigration replaces (as the
-// README tells operators to). The lock keys and the other helper keys are
-// never on both. The same for a batch, which is taken on the target key
-// by key.
-func TestMigrationMeetsOnlyReleaseRecordsTwice(t *testing.T) {
+// While a slot migrates, its target lets a script create any key of the
+// slot, though the source may still have it, and a second copy stops
+// MIGRATE with BUSYKEY. No lock call makes one: a lock released on the
+// source and then taken and released again on the target (alone, in a
+// batch, with a waiter that marked its key) leaves its release record on
+// the source only; a lock forced on both sides, its forced record on the
+// source only; and a lock forced on the source while its slot migrates is
+// forced there (with no record when the record is not there: the source
+// refuses keys it no longer has). The migration then moves every key
+// without replacing any.
+func TestMigrationMeetsNoKeyTwice(t *testing.T) {
 	ctx, addrs, admin := migrationSetup(t)
 	m := hookedManager(t, ctx, addrs, nil)
-	tag := testenv.Unique("migrecord")
-	single, _ := sharding.Group(tag, "single")
-	batch := []string{}
-	for _, part := range []string{"a", "b"} {
+	other := hookedManager(t, ctx, addrs, nil) // another process: waits, forces
+	tag := testenv.Unique("migtwice")
+	res := func(part string) string {
 		r, _ := sharding.Group(tag, part)
-		batch = append(batch, r)
+		return r
 	}
-	cycle := func() {
+	key := func(r string) string {
+		k, _ := sharding.LockKey(sharding.DefaultPrefix, r)
+		return k
+	}
+	var dst *redis.Client // set once the slot migrates: the node that has the keys taken since
+	value := func(k string) string {
+		if dst == nil {
+			return admin.Get(ctx, k).Val()
+		}
+		var get *redis.StringCmd
+		_, _ = dst.Pipelined(ctx, func(p redis.Pipeliner) error {
+			p.Do(ctx, "asking")
+			get = p.Get(ctx, k)
+			return nil
+		})
+		return get.Val()
+	}
+	cycle := func(where string) {
 		t.Helper()
-		l, err := m.TryAcquire(ctx, single)
+		l, err := m.TryAcquire(ctx, res("single"))
 		if err != nil {
-			t.Fatal(err)
+			t.Fatal(where, err)
 		}
 		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
+			t.Fatal(where, err)
 		}
-		b, err := m.TryAcquireBatch(ctx, batch)
+		b, err := m.TryAcquireBatch(ctx, []string{res("a"), res("b")})
 		if err != nil {
-			t.Fatal(err)
+			t.Fatal(where, err)
 		}
 		if err := b.Release(ctx); err != nil {
-			t.Fatal(err)
+			t.Fatal(where, err)
+		}
+		h, err := m.TryAcquire(ctx, res("waited"))
+		if err != nil {
+			t.Fatal(where, err)
+		}
+		got := startWaiter(ctx, other, res("waited"))
+		waitBeforeRelease(t, ctx, got, where+": the waiter did not mark the key", func() bool {
+			return strings.HasSuffix(value(key(res("waited"))), sharding.QueuedMark)
+		})
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(where, err)
+		}
+		w := <-got
+		if w.err != nil {
+			t.Fatal(where, "waiter:", w.err)
+		}
+		if err := w.l.Release(ctx); err != nil {
+			t.Fatal(where, err)
+		}
+		f, err := m.TryAcquire(ctx, res("evicted"))
+		if err != nil {
+			t.Fatal(where, err)
+		}
+		if err := other.ForceRelease(ctx, res("evicted"), "test"); err != nil {
+			t.Fatal(where, "force:", err)
+		}
+		if err := f.Release(ctx); !errors.Is(err, manager.ErrForceReleased) && !errors.Is(err, manager.ErrLockLost) {
+			t.Fatal(where, "release of a forced lock:", err)
 		}
 	}
-	cycle() // on the source
-	key, _ := sharding.LockKey(sharding.DefaultPrefix, single)
-	slot := sharding.Slot(key)
-	src, dst := migrationNodes(t, ctx, admin, slot)
-	if err := startMigration(ctx, src, dst, slot); err != nil {
-		t.Fatal(err)
+	cycle("on the source")
+	// The slot migrates from here to the end of the test, which moves
+	// its keys with plain MIGRATE (finishMigration).
+	held, _, target := migratingUnder(t, ctx, addrs, admin, m, res("held"))
+	dst = target
+	cycle("on the target")
+	if err := other.ForceRelease(ctx, res("held"), "test"); err != nil {
+		t.Fatal("force on the migrating source:", err)
 	}
-	cycle() // on the target
-	if err := finishMigration(ctx, addrs, src, dst, slot); err != nil {
-		repairMigration(t, ctx, addrs, src, dst, slot)
-		t.Fatalf("migration: %v", err)
-	}
+	_ = held.Release(ctx)
 }
 
 // hookedManager returns a manager with opts on its own client of the

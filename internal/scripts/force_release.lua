@@ -2,7 +2,8 @@
 -- handing it to the first live queued waiter as a release would, and leave
 -- a record of who forced it and why, so that the evicted holder's next
 -- renewal, release or TTL read answers Forced (replies.go) instead of
--- "someone else's".
+-- "someone else's" (put_record: while the slot migrates, only where the
+-- record is, or can be made without a second copy).
 -- KEYS[1] lock key; ARGV[1] "<who>|<why>"; ARGV[2] the record's TTL in ms.
 -- Returns {1, token} when the key was deleted, {2, token} when it was
 -- handed to a queued waiter (token: the evicted holder's, for the forcing
@@ -18,7 +19,7 @@ local tok, marked = v, false
 if string.sub(v, -1) == QUEUED_MARK then
   tok, marked = string.sub(v, 1, -2), true
 end
-redis.call('SET', k .. FORCED_SUFFIX, tok .. '=' .. ARGV[1], 'PX', ARGV[2])
+put_record(k .. FORCED_SUFFIX, k, tok .. '=' .. ARGV[1], ARGV[2])
 if marked and hand_over(k) then return {2, tok} end
 redis.call('DEL', k)
 if marked then announce_free(k) end

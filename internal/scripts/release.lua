@@ -44,9 +44,9 @@ if v == ARGV[1] and nxt == '' then
   end
   return 1
 end
--- #include prelude.lua (is_mine, forced: after the fast path, which returns without them)
+-- #include prelude.lua (is_mine, forced, put_record: after the fast path, which returns without them)
 local function record(out)
-  redis.pcall('SET', k .. OUTCOME_SUFFIX, ARGV[1] .. '=' .. out, 'PX', 5000)
+  put_record(k .. OUTCOME_SUFFIX, k, ARGV[1] .. '=' .. out, 5000)
 end
 if not is_mine(v, ARGV[1]) then
   if nxt ~= '' and type(v) == 'string' then

@@ -67,5 +67,5 @@ if not any then
 end
 if #plain > 0 then redis.call('DEL', unpack(plain)) end
 for _, k in ipairs(freed) do announce_free(k) end
-redis.pcall('SET', outcome, mine .. table.concat(out, ','), 'PX', 5000)
+put_record(outcome, KEYS[1], mine .. table.concat(out, ','), 5000)
 return out

@@ -106,7 +106,7 @@ local QUEUED_MARK = '\%d'
 `, sharding.FenceSuffix, sharding.QueueSuffix, sharding.OutcomeSuffix, sharding.ChannelSuffix, sharding.ForcedSuffix, sharding.QueuedMark[0])
 
 // preludeSrc is the piece prelude.lua: names.lua, and is_mine, the one test
-// of whether a lock key's value is a token's, and forced. A script's fast
+// of whether a lock key's value is a token's, forced and put_record. A script's fast
 // path that needs only the names includes names.lua before it and
 // prelude.lua after it: the server makes a script's functions anew on
 // every call, and a fast path that returns first never pays for them.
@@ -119,6 +119,21 @@ local function is_mine(v, tok) return v == tok or v == tok .. QUEUED_MARK end
 local function forced(k, tok)
   local r = redis.pcall('GET', k .. FORCED_SUFFIX)
   return type(r) == 'string' and string.sub(r, 1, #tok + 1) == tok .. '='
+end
+-- put_record writes val on rk, a record key of lock key k (its outcome or
+-- forced record), for ms milliseconds. A record that is not on this node
+-- is only created where the slot is stable: the target of a migrating slot
+-- lets a script create any key of it, though the source may still have
+-- the record, and a second copy would stop MIGRATE with BUSYKEY. There
+-- (and on the source, which refuses keys it no longer has) Redis answers
+-- TRYAGAIN to a command on two keys of which one is missing: then nothing
+-- is written, and a re-sent release finds no record while the slot moves.
+local function put_record(rk, k, val, ms)
+  local r = redis.pcall('SET', rk, val, 'PX', ms, 'XX')
+  if type(r) == 'table' and r.ok then return end
+  if type(redis.pcall('EXISTS', k, rk)) == 'number' then
+    redis.pcall('SET', rk, val, 'PX', ms)
+  end
 end
 `
 
