@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 	"strings"
 	"time"
 
@@ -68,9 +69,10 @@ func (info *LockInfo) readRW(f map[string]string, now time.Time) bool {
 }
 
 // Inspect reads what an operator needs to know about resource's lock, in
-// one pipeline on the master that serves it, and changes nothing. It
-// returns an *InvalidArgumentError for a bad resource before any round
-// trip.
+// one pipeline on the master that serves it, and changes nothing. While
+// the lock's slot migrates, each key is read where it is (a key the source
+// no longer has, on the target). It returns an *InvalidArgumentError for a
+// bad resource before any round trip.
 func (m *Manager) Inspect(ctx context.Context, resource string) (LockInfo, error) {
 	if err := m.usable(); err != nil {
 		return LockInfo{}, err
@@ -97,6 +99,7 @@ func (m *Manager) Inspect(ctx context.Context, resource string) (LockInfo, error
 		first := pipe.LIndex(ctx, queue, 0)
 		rw := pipe.HGetAll(ctx, key)
 		_, _ = pipe.Exec(ctx) // each reply is read below; a key of another type answers its own error
+		m.readRedirected(ctx, val, pttl, exists, fence, waiters, first, rw)
 		if err := firstErr(exists, pttl); err != nil {
 			return LockInfo{}, fmt.Errorf("shardlock: inspect %q: %w", resource, err)
 		}
@@ -129,6 +132,54 @@ func (m *Manager) Inspect(ctx context.Context, resource string) (LockInfo, error
 		}
 		return info, nil
 	}, nil)
+}
+
+// readRedirected sends again the reads among cmds that a node answered
+// with a redirect: ASK (the slot migrates and the key is not on the
+// source: read on the target, after ASKING) or MOVED (the slot has moved
+// since the slot map was read: read on the node it names, and the map is
+// reloaded). Reads only, so sending one twice changes nothing; a read
+// redirected again keeps its redirect.
+func (m *Manager) readRedirected(ctx context.Context, cmds ...redis.Cmder) {
+	var again []redis.Cmder
+	var addr string
+	asking := false
+	for _, c := range cmds {
+		msg, ok := replyMsg(c.Err())
+		if !ok || !isRedirect(c.Err()) {
+			continue
+		}
+		// "ASK <slot> <addr>", "MOVED <slot> <addr>": one slot, one node.
+		f := strings.Fields(msg)
+		if len(f) != 3 || (addr != "" && f[2] != addr) {
+			continue
+		}
+		addr, asking = f[2], f[0] == "ASK"
+		again = append(again, c)
+	}
+	if len(again) == 0 || m.topo.cc == nil {
+		return
+	}
+	if !asking {
+		m.topo.reload(ctx)
+	}
+	masters, err := m.topo.masters(ctx)
+	if err != nil {
+		return
+	}
+	i := slices.IndexFunc(masters, func(n *redis.Client) bool { return n.Options().Addr == addr })
+	if i < 0 {
+		return
+	}
+	pipe := masters[i].Pipeline()
+	for _, c := range again {
+		if asking {
+			pipe.Do(ctx, "asking")
+		}
+		c.SetErr(nil)
+		_ = pipe.Process(ctx, c)
+	}
+	_, _ = pipe.Exec(ctx)
 }
 
 // cutEntry splits a queue entry, "<deadline>:<ttl>:<fencing>:<token>" (see
@@ -247,6 +298,8 @@ func (m *Manager) readLocks(ctx context.Context, node *redis.Client, keys []stri
 		switch {
 		case errors.Is(err, redis.Nil):
 			continue // released since the SCAN
+		case isRedirect(err):
+			continue // its slot left the node since the SCAN: listed where it is, if the walk is yet to get there
 		case err != nil && !isReply(err):
 			return nil, err // the connection failed
 		case err != nil:

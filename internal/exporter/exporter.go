@@ -278,6 +278,9 @@ func (e *Exporter) examine(ctx context.Context, c *redis.Client, keys []string, 
 				hashes = append(hashes, b)
 				continue
 			}
+			if msg := err.Error(); strings.HasPrefix(msg, "ASK ") || strings.HasPrefix(msg, "MOVED ") {
+				continue // its slot left the node since the SCAN: counted where it is, if the scan is yet to get there
+			}
 			// An error reply: a key that cannot be read. Not a lock key:
 			// skipped, counted, left alone.
 			res.Skipped[metrics.ReasonUnreadable]++

@@ -687,3 +687,84 @@ func migrationSetup(t *testing.T) (context.Context, []string, *redis.ClusterClie
 	t.Cleanup(func() { _ = admin.Close() })
 	return ctx, addrs, admin
 }
+
+// Every call on a lock works while its slot migrates, on a lock whose key
+// is on the source (taken before) and on one taken on the target:
+// TTL, Extend, Inspect (each key read where it is: the target's after
+// ASKING), Resume, and a leadership's Campaign and Leader. Inspect failed
+// with the source's ASK reply for every key the source no longer had.
+func TestCallsThroughMigratingSlot(t *testing.T) {
+	ctx, addrs, admin := migrationSetup(t)
+	m := hookedManager(t, ctx, addrs, nil)
+	tag := testenv.Unique("migcalls")
+	res := func(part string) string {
+		r, _ := sharding.Group(tag, part)
+		return r
+	}
+	fenced := manager.WithFencing(true)
+	onSource, err := m.TryAcquire(ctx, res("source"), fenced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readOnSource, err := m.TryAcquireRead(ctx, "rw:"+res("rsource"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, _, dst := migratingUnder(t, ctx, addrs, admin, m, res("held"))
+	onTarget, err := m.TryAcquire(ctx, res("target"), fenced)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readOnTarget, err := m.TryAcquireRead(ctx, "rw:"+res("rtarget"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !importedKey(t, ctx, dst, onTarget.Key()) || !importedKey(t, ctx, dst, readOnTarget.Key()) {
+		t.Fatal("the locks taken while the slot migrates are not on its target")
+	}
+	for _, l := range []*manager.Lock{onSource, readOnSource, onTarget, readOnTarget} {
+		if _, err := l.TTL(ctx); err != nil {
+			t.Errorf("TTL of %s: %v", l.Resource(), err)
+		}
+		if err := l.Extend(ctx, 20*time.Second); err != nil {
+			t.Errorf("Extend of %s: %v", l.Resource(), err)
+		}
+		info, err := m.Inspect(ctx, l.Resource())
+		if err != nil {
+			t.Errorf("Inspect of %s: %v", l.Resource(), err)
+		} else if !info.Held || info.Fence != l.Fence() || info.TTL <= 10*time.Second {
+			t.Errorf("Inspect of %s: held %v, fence %d (lock's %d), TTL %v, want held, the lock's fence, above 10 s",
+				l.Resource(), info.Held, info.Fence, l.Fence(), info.TTL)
+		}
+	}
+	if info, err := m.Inspect(ctx, res("free")); err != nil || info.Held {
+		t.Errorf("Inspect of a free lock: %+v, %v", info, err)
+	}
+	other := hookedManager(t, ctx, addrs, nil)
+	for _, l := range []*manager.Lock{onSource, onTarget} {
+		r, err := other.Resume(ctx, l.Resource(), l.Token(), fenced)
+		if err != nil {
+			t.Errorf("Resume of %s: %v", l.Resource(), err)
+			continue
+		}
+		if r.Fence() != l.Fence() {
+			t.Errorf("Resume of %s: fence %d, want %d", l.Resource(), r.Fence(), l.Fence())
+		}
+		_ = r.Forget()
+	}
+	ld, err := m.Campaign(ctx, res("leader"))
+	if err != nil {
+		t.Fatal("Campaign:", err)
+	}
+	if li, err := other.Leader(ctx, res("leader")); err != nil || li.Term != ld.Term() {
+		t.Errorf("Leader: %+v, %v; want term %d", li, err, ld.Term())
+	}
+	if err := ld.Resign(ctx); err != nil {
+		t.Errorf("Resign: %v", err)
+	}
+	for _, l := range []*manager.Lock{onSource, readOnSource, onTarget, readOnTarget, held} {
+		if err := l.Release(ctx); err != nil {
+			t.Errorf("Release of %s: %v", l.Resource(), err)
+		}
+	}
+}
