@@ -5,6 +5,8 @@
 #
 #   scripts/bench.sh            # 5 rounds, 2 s per benchmark, BenchmarkDefaults and BenchmarkAcquireRelease
 #   ROUNDS=3 BENCHTIME=1s BENCH=Defaults/cluster scripts/bench.sh
+# Each round also runs the rueidis floor (bench/rueidis, a module of its
+# own) unless RUEIDIS=0.
 # Raw output: .redis-test/bench.txt
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,12 +21,19 @@ export SHARDLOCK_REQUIRE_REDIS=1
 
 raw="${SHARDLOCK_TEST_DIR:-.redis-test}/bench.txt"
 : >"$raw"
-go test -c -o "${SHARDLOCK_TEST_DIR:-.redis-test}/manager.test" ./manager
+dir="$(cd "${SHARDLOCK_TEST_DIR:-.redis-test}" && pwd)"
+go test -c -o "$dir/manager.test" ./manager
+if [ "${RUEIDIS:-1}" != 0 ]; then
+  (cd bench/rueidis && go test -c -o "$dir/rueidis.test" .)
+fi
 for r in $(seq 1 "$rounds"); do
   echo "round $r/$rounds" >&2
-  "${SHARDLOCK_TEST_DIR:-.redis-test}/manager.test" -test.run '^$' -test.bench "${BENCH:-Defaults|AcquireRelease}" \
+  "$dir/manager.test" -test.run '^$' -test.bench "${BENCH:-Defaults|AcquireRelease}" \
     -test.benchtime "$benchtime" -test.benchmem >>"$raw"
+  if [ "${RUEIDIS:-1}" != 0 ]; then
+    "$dir/rueidis.test" -test.run '^$' -test.bench RueidisFloor -test.benchtime "$benchtime" -test.benchmem >>"$raw"
+  fi
 done
-"${SHARDLOCK_TEST_DIR:-.redis-test}/manager.test" -test.run '^$' -test.bench 'Watchdog10k' -test.benchtime 5x >>"$raw"
+"$dir/manager.test" -test.run '^$' -test.bench 'Watchdog10k' -test.benchtime 5x >>"$raw"
 go run ./scripts/benchtab <"$raw"
 grep Watchdog10k "$raw"
