@@ -2,11 +2,8 @@ package manager
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/shardlock/shardlock/internal/testenv"
 )
@@ -29,25 +26,7 @@ func TestListSkipsLocksThatMoved(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = l.Release(context.Background()) }()
-	serving, err := c.MasterForKey(ctx, l.Key())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu        sync.Mutex
-		elsewhere *redis.Client
-	)
-	_ = c.ForEachMaster(ctx, func(_ context.Context, n *redis.Client) error { // concurrently
-		mu.Lock()
-		defer mu.Unlock()
-		if n.Options().Addr != serving.Options().Addr {
-			elsewhere = n
-		}
-		return nil
-	})
-	if elsewhere == nil {
-		t.Fatal("no master without the lock's slot")
-	}
+	serving, elsewhere := testenv.MastersOf(t, ctx, c, l.Key())
 	infos, err := m.readLocks(ctx, elsewhere, []string{l.Key()}, ListOptions{})
 	if err != nil || len(infos) != 0 {
 		t.Fatalf("a lock read on a node its slot left: %+v, %v; want nothing", infos, err)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -210,22 +209,7 @@ func missedHandOver(t *testing.T, try, acquire acquireFunc) {
 	}
 	key := h.Key()
 	ch := sharding.ChannelName(key)
-	owner, err := cc.MasterForKey(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu    sync.Mutex
-		other *redis.Client
-	)
-	_ = cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error { // concurrently
-		mu.Lock()
-		defer mu.Unlock()
-		if c.Options().Addr != owner.Options().Addr {
-			other = c
-		}
-		return nil
-	})
+	owner, other := testenv.MastersOf(t, ctx, cc, key)
 	subscribers := func() int64 {
 		v, err := owner.Do(ctx, "pubsub", "shardnumsub", ch).Slice()
 		if err != nil || len(v) != 2 {

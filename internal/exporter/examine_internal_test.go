@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/shardlock/shardlock/internal/testenv"
 	"github.com/shardlock/shardlock/sharding"
 )
@@ -24,30 +22,13 @@ func TestExamineSkipsKeysThatMoved(t *testing.T) {
 	if err := c.Set(ctx, key, "sl1.1.AAAAAAAAAAAAAAAAAAAAAA.owner", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	serving, err := c.MasterForKey(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu        sync.Mutex
-		elsewhere *redis.Client
-	)
-	_ = c.ForEachMaster(ctx, func(_ context.Context, n *redis.Client) error { // concurrently
-		mu.Lock()
-		defer mu.Unlock()
-		if n.Options().Addr != serving.Options().Addr {
-			elsewhere = n
-		}
-		return nil
-	})
-	if elsewhere == nil {
-		t.Fatal("no master without the key's slot")
-	}
+	_, elsewhere := testenv.MastersOf(t, ctx, c, key)
 	e, err := New(c, Config{Prefix: sharding.DefaultPrefix})
 	if err != nil {
 		t.Fatal(err)
 	}
 	res := &ScanResult{Classes: map[string]*ClassStats{}, Masters: map[string]MasterStats{}, Skipped: map[string]int{}}
+	var mu sync.Mutex
 	if err := e.examine(ctx, elsewhere, []string{key}, res, &mu, newClassBounder(10), time.Now()); err != nil {
 		t.Fatal(err)
 	}

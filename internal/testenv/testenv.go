@@ -19,6 +19,7 @@ import (
 	"encoding/hex"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -98,6 +99,30 @@ func Cluster(tb testing.TB) *redis.ClusterClient {
 	tb.Cleanup(func() { _ = c.Close() })
 	ping(tb, c)
 	return c
+}
+
+// MastersOf returns the client of the master of c that serves key and of
+// one that does not (whose replies to key's commands are MOVED), failing
+// the test if c has no such pair.
+func MastersOf(tb testing.TB, ctx context.Context, c *redis.ClusterClient, key string) (serving, other *redis.Client) {
+	tb.Helper()
+	serving, err := c.MasterForKey(ctx, key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var mu sync.Mutex
+	_ = c.ForEachMaster(ctx, func(_ context.Context, n *redis.Client) error { // concurrently
+		mu.Lock()
+		defer mu.Unlock()
+		if n.Options().Addr != serving.Options().Addr {
+			other = n
+		}
+		return nil
+	})
+	if other == nil {
+		tb.Fatalf("no master without the slot of %s", key)
+	}
+	return serving, other
 }
 
 // Target is one real server setup a behaviour test runs against.
