@@ -123,6 +123,7 @@ type lane struct {
 	node     *redis.Client
 	queue    []*queued
 	flushers int // running
+	sending  int // flushers with a batch in flight
 	sent     int // the size of the batch sent last
 }
 
@@ -131,9 +132,10 @@ const (
 	coalesceBatch = 256
 	// laneFlushers bounds a lane's pipelines in flight; another one
 	// starts when at least moreFlushersAt commands, and at least as many
-	// as the lane's last batch held, wait behind those in flight, while
-	// the coalescer has fewer than flushersPerCPU x GOMAXPROCS in flight
-	// over all its lanes. A few pipelines in flight keep both the
+	// as the lane's last batch held, wait behind those in flight (every
+	// running flusher has its batch in flight), while the coalescer has
+	// fewer than flushersPerCPU x GOMAXPROCS in flight over all its
+	// lanes (see another). A few pipelines in flight keep both the
 	// server and the client busy; more make smaller batches, which cost
 	// the server more per command.
 	laneFlushers   = 8
@@ -213,11 +215,13 @@ func (co *coalescer) Process(ctx context.Context, cmd redis.Cmder) error {
 		// as the lane's flusher of one, and hands the commands queued
 		// meanwhile to a flusher of their own.
 		l.flushers++
+		l.sending++
 		co.flushers++
 		co.mu.Unlock()
 		err := co.sendOwn(ctx, node, cmd)
 		co.mu.Lock()
 		co.flushers--
+		l.sending--
 		if l.flushers--; len(l.queue) > 0 {
 			l.flushers++
 			co.flushers++
@@ -230,7 +234,7 @@ func (co *coalescer) Process(ctx context.Context, cmd redis.Cmder) error {
 	}
 	q := &queued{ctx: ctx, cmd: cmd, once: noRetry{cmd}, done: make(chan struct{})}
 	l.queue = append(l.queue, q)
-	if l.flushers == 0 || (l.flushers < laneFlushers && co.flushers < co.maxFlushers && len(l.queue) >= max(moreFlushersAt, l.sent)) {
+	if co.another(l) {
 		l.flushers++
 		co.flushers++
 		co.wg.Go(func() { co.flusher(l) })
@@ -250,6 +254,18 @@ func (co *coalescer) Process(ctx context.Context, cmd redis.Cmder) error {
 	}
 	<-q.done // answered meanwhile
 	return cmd.Err()
+}
+
+// another reports whether lane l, with its queue as it is now, takes one
+// more flusher: when none runs; or when every one that runs has a batch in
+// flight, fewer than laneFlushers run (and fewer than maxFlushers over all
+// lanes), and at least moreFlushersAt commands, and as many as the lane's
+// last batch held, wait. A flusher between two batches takes the queue
+// itself: another one would split it into two smaller batches, which cost
+// the server more per command.
+func (co *coalescer) another(l *lane) bool {
+	return l.flushers == 0 || (l.sending == l.flushers && l.flushers < laneFlushers && co.flushers < co.maxFlushers &&
+		len(l.queue) >= max(moreFlushersAt, l.sent))
 }
 
 // cmdKey returns the first key of cmd, one of the lock calls' commands:
@@ -277,8 +293,13 @@ func cmdKey(cmd redis.Cmder) string {
 // removes l, and the next command for its server starts a new one.
 func (co *coalescer) flusher(l *lane) {
 	last, yields := 0, 0 // the size of the batch this flusher sent last; yields since
+	inFlight := false    // counted in l.sending
 	for {
 		co.mu.Lock()
+		if inFlight {
+			l.sending--
+			inFlight = false
+		}
 		if last > 0 {
 			l.sent = last
 		}
@@ -317,6 +338,10 @@ func (co *coalescer) flusher(l *lane) {
 		rest := copy(l.queue, l.queue[n:])
 		clear(l.queue[rest:])
 		l.queue = l.queue[:rest]
+		if len(batch) > 0 {
+			l.sending++
+			inFlight = true
+		}
 		co.mu.Unlock()
 		if len(batch) > 0 {
 			co.send(l.node, batch)

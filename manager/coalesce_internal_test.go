@@ -214,6 +214,34 @@ func TestCoalescerFlushersBounded(t *testing.T) {
 	}
 }
 
+// A flusher between two batches takes the lane's queue itself: commands
+// queued meanwhile start no other flusher (two would split the queue into
+// smaller batches, which cost the server more per command). Behind a batch
+// in flight they do, up to the bounds.
+func TestCoalescerNoFlusherBesideOneBetweenBatches(t *testing.T) {
+	co := &coalescer{maxFlushers: 4, flushers: 1}
+	l := &lane{flushers: 1, queue: make([]*queued, 64), sent: 8}
+	if co.another(l) {
+		t.Fatal("a second flusher beside one between batches")
+	}
+	l.sending = 1
+	if !co.another(l) {
+		t.Fatal("no second flusher behind a batch in flight")
+	}
+	l.queue = l.queue[:7]
+	if co.another(l) {
+		t.Fatal("a second flusher for fewer commands than the last batch held")
+	}
+	co.flushers = co.maxFlushers
+	l.queue = l.queue[:64]
+	if co.another(l) {
+		t.Fatal("a flusher beyond the coalescer's bound")
+	}
+	if !co.another(&lane{}) {
+		t.Fatal("no flusher for a lane without one")
+	}
+}
+
 func TestCoalescerClosed(t *testing.T) {
 	co, _ := newHeldCoalescer(t)
 	co.close(context.Background())
