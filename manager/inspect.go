@@ -141,25 +141,28 @@ func (m *Manager) Inspect(ctx context.Context, resource string) (LockInfo, error
 // reloaded). Reads only, so sending one twice changes nothing; a read
 // redirected again keeps its redirect.
 func (m *Manager) readRedirected(ctx context.Context, cmds ...redis.Cmder) {
+	if m.topo.cc == nil {
+		return // one server: no redirects
+	}
 	var again []redis.Cmder
-	var addr string
-	asking := false
+	var kind, addr string // of the first redirect: the others of one slot name the same
 	for _, c := range cmds {
-		msg, ok := replyMsg(c.Err())
-		if !ok || !isRedirect(c.Err()) {
+		if !isRedirect(c.Err()) {
 			continue
 		}
-		// "ASK <slot> <addr>", "MOVED <slot> <addr>": one slot, one node.
+		// "ASK <slot> <addr>" or "MOVED <slot> <addr>"
+		msg, _ := replyMsg(c.Err())
 		f := strings.Fields(msg)
-		if len(f) != 3 || (addr != "" && f[2] != addr) {
+		if len(f) != 3 || (addr != "" && (f[0] != kind || f[2] != addr)) {
 			continue
 		}
-		addr, asking = f[2], f[0] == "ASK"
+		kind, addr = f[0], f[2]
 		again = append(again, c)
 	}
-	if len(again) == 0 || m.topo.cc == nil {
+	if len(again) == 0 {
 		return
 	}
+	asking := kind == "ASK"
 	if !asking {
 		m.topo.reload(ctx)
 	}

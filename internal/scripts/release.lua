@@ -38,8 +38,9 @@ local nxt = ARGV[2] or ''
 if v == ARGV[1] and nxt == '' then
   local r = redis.pcall('RENAME', k, k .. OUTCOME_SUFFIX)
   if r.err then
-    -- The record's key is not this node's to write (a migrating slot: the
-    -- server refuses undeclared keys there): released without a record.
+    -- The slot migrates and the record is not here: Redis answers
+    -- TRYAGAIN to a command on two keys of which one is missing (see
+    -- put_record). Released without a record.
     redis.call('DEL', k)
   end
   return 1
