@@ -82,6 +82,48 @@ func BenchmarkDefaults(b *testing.B) {
 	}
 }
 
+// BenchmarkDefaultsPaired is BenchmarkDefaults' one-goroutine shape with
+// the plain floor and shardlock (its defaults) alternating call by call,
+// the order swapped every pair, so that both meet the same moments of a
+// noisy machine: the g=1 figures of BenchmarkDefaults come from separate
+// seconds, and at one goroutine a second's speed differs more between
+// seconds than between the two. It reports each one's ops/s over its own
+// summed time, and shardlock's ÷ the floor's.
+func BenchmarkDefaultsPaired(b *testing.B) {
+	for _, target := range benchTargets {
+		b.Run(target.name, func(b *testing.B) {
+			c := target.client(b)
+			b.Cleanup(func() { _ = c.Close() })
+			if err := compareAndDelete.Load(context.Background(), c).Err(); err != nil {
+				b.Fatal(err)
+			}
+			run := testenv.Unique("pair")
+			floor, lock := floorTimed(c), benchkit.Managers([]*manager.Manager{newManager(b, c)})
+			timed := func(op benchkit.Op) time.Duration {
+				start := time.Now()
+				if _, err := op(0, run); err != nil {
+					b.Fatal(err)
+				}
+				return time.Since(start)
+			}
+			var floorTook, lockTook time.Duration
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				if i%2 == 0 {
+					floorTook += timed(floor)
+					lockTook += timed(lock)
+				} else {
+					lockTook += timed(lock)
+					floorTook += timed(floor)
+				}
+			}
+			b.ReportMetric(float64(b.N)/floorTook.Seconds(), "floor-ops/s")
+			b.ReportMetric(float64(b.N)/lockTook.Seconds(), "shardlock-ops/s")
+			b.ReportMetric(floorTook.Seconds()/lockTook.Seconds(), "shardlock/floor")
+		})
+	}
+}
+
 // floorTimed is floorOp with a deadline per call, worker w on client w
 // mod len(cs).
 func floorTimed(cs ...redis.UniversalClient) benchkit.Op {

@@ -8,7 +8,9 @@
 // floor-autopipeline, shardlock, ...); rows group the names that share the
 // rest. Each row shows every implementation's median ops/s, ns/op, B/op
 // and allocs/op, and the ratio of shardlock's ops/s to each floor (of its
-// ns/op, for benchmarks that report no ops/s).
+// ns/op, for benchmarks that report no ops/s). A group without that
+// implementation (a benchmark that compares within itself, reporting its
+// own ratio) gets the median of every metric it reports.
 package main
 
 import (
@@ -90,6 +92,10 @@ func run(in io.Reader, out io.Writer, impl string) error {
 		rows[len(rows)-1].impls = append(rows[len(rows)-1].impls, im)
 	}
 	for _, r := range rows {
+		if !slices.Contains(r.impls, impl) {
+			printMedians(out, r.group, r.impls, samples, median)
+			continue
+		}
 		// Rows whose benchmarks report ops/s compare throughput; the
 		// others (latency benchmarks) compare ns/op.
 		unit := "ops/s"
@@ -111,4 +117,30 @@ func run(in io.Reader, out io.Writer, impl string) error {
 		}
 	}
 	return nil
+}
+
+// printMedians prints the median of every metric the benchmarks group/name
+// report, a row per name.
+func printMedians(out io.Writer, group string, names []string, samples map[string][]sample, median func(name, unit string) float64) {
+	var units []string
+	for _, n := range names {
+		for _, s := range samples[group+"/"+n] {
+			for u := range s.metrics {
+				if !slices.Contains(units, u) {
+					units = append(units, u)
+				}
+			}
+		}
+	}
+	slices.Sort(units)
+	fmt.Fprintf(out, "\n%s (median of %d runs)\n\n", strings.TrimPrefix(group, "Benchmark"), len(samples[group+"/"+names[0]]))
+	fmt.Fprintln(out, "| benchmark | "+strings.Join(units, " | ")+" |")
+	fmt.Fprintln(out, "|---"+strings.Repeat("|---:", len(units))+"|")
+	for _, n := range names {
+		row := "| " + n
+		for _, u := range units {
+			row += " | " + strconv.FormatFloat(median(group+"/"+n, u), 'g', 4, 64)
+		}
+		fmt.Fprintln(out, row+" |")
+	}
 }

@@ -15,6 +15,9 @@ BenchmarkAcquireRelease/g=1/floor-2      100  10 ns/op  2000 ops/s  16 B/op  1 a
 BenchmarkAcquireRelease/g=1/shardlock-2  100  10 ns/op  1800 ops/s  32 B/op  2 allocs/op
 BenchmarkBatch/acquire/single-2   100  70000 ns/op
 BenchmarkBatch/acquire/batch10-2  100  105000 ns/op
+BenchmarkDefaultsPaired/standalone-2  100  2000 ns/op  0.97 shardlock/floor
+BenchmarkDefaultsPaired/standalone-2  100  2000 ns/op  0.99 shardlock/floor
+BenchmarkDefaultsPaired/standalone-2  100  2000 ns/op  0.95 shardlock/floor
 `
 	var out strings.Builder
 	if err := run(strings.NewReader(in), &out, "shardlock"); err != nil {
@@ -26,6 +29,9 @@ BenchmarkBatch/acquire/batch10-2  100  105000 ns/op
 		"| floor | 2000 | 10 | 16 | 1 | 0.90x |",
 		"| shardlock | 1800 | 10 | 32 | 2 | - |",
 		"shardlock ÷ this (ops/s)",
+		"DefaultsPaired (median of 3 runs)",
+		"| benchmark | ns/op | shardlock/floor |",
+		"| standalone | 2000 | 0.97 |",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("missing %q in\n%s", want, got)
