@@ -172,7 +172,7 @@ type acquirer struct {
 	queueFirst bool        // the first attempt queues at once (see run)
 	queue      *localQueue // this process's queue for the resource, once waiting
 	myTurn     bool        // this waiter is the one contending in Redis
-	unwatch    func()      // stops watching the lock's channel, once queued
+	unwatch    func()      // stops watching the lock's channels, once queued
 	fw         *fairWaiter // this waiter in the fair queue, once its turn came
 	granted    *grantMsg   // a hand-over received, to be taken up
 	skipOnce   bool        // a local holder's release will queue us: no attempt now
@@ -468,7 +468,7 @@ func (a *acquirer) between(res attemptResult) (*Lock, error, bool) {
 	if a.fw != nil && !a.ac.retrySet {
 		// Queued, the default strategy re-checks at most every
 		// fairRecheck: the release before hands the lock over. While the
-		// lock's channel is not subscribed (its slot moved, its node
+		// lock's channels are not subscribed (its slot moved, its node
 		// failed over), hand-overs go unheard: it re-checks every
 		// fairRecheck.
 		recheck := min(fairRecheck, time.Until(a.waitUntil))
@@ -498,9 +498,9 @@ func (a *acquirer) queueUp(notAcquired error) error {
 		return a.fail(err)
 	}
 	a.queue = q
-	// Every queued waiter watches the lock's channel, so it stays
-	// subscribed while this process has waiters: one subscription, not
-	// one per turn.
+	// Every queued waiter watches the lock's channels, so they stay
+	// subscribed while this process has waiters: subscribed once, not
+	// once per turn.
 	if m.notify != nil {
 		a.unwatch = m.notify.watch(a.ctx, a.tg.key, a.waitUntil)
 	}

@@ -22,8 +22,9 @@ import (
 // entry on the lock's waiter list (sharding.QueueKey) and waits for its
 // turn there: release.lua hands the key straight to the first live entry
 // (SET to the entry's token, with the entry's TTL) and announces it on the
-// lock's channel, so the waiter holds the lock the moment it hears, without
-// another round trip and without a herd of retries. Announcements are at
+// hand-over channel of that entry's process (sharding.HandoverChannel), so
+// the waiter holds the lock the moment it hears, without another round trip
+// and without a herd of retries. Announcements are at
 // most once, so a waiter also re-checks (acquire_queue.lua) at a bounded
 // interval; a re-check finds a missed hand-over as its own token in the key.
 //
@@ -34,11 +35,12 @@ import (
 // before then needs none), or a re-check; both set the full TTL. A lock taken on its lease is valid, by this process's clock, from the
 // waiter's first queue write, the earliest the hand-over can have happened:
 // a waiter queued for so long that less than half the lease would be left
-// confirms it with a re-check before it returns the lock. The other
-// waiters, hearing a hand-over that is not theirs, look again when its
-// lease would end (recheckAt), so a dead waiter's hand-over costs them about
-// one lease; and a re-check learns the key's TTL, so they also look when a
-// holder that died lets it expire.
+// confirms it with a re-check before it returns the lock. The release also
+// announces the hand-over to the process of the entry queued next; that
+// waiter, hearing a hand-over that is not its own, looks again when the
+// lease would end (recheckAt), so a dead waiter's hand-over costs it about
+// one lease; and a re-check learns the key's TTL, so waiters also look when
+// a holder that died lets it expire.
 //
 // A process that holds the lock and has local waiters queues its next
 // waiter with the release, and may hand the lock to it directly, up to

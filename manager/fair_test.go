@@ -2,8 +2,10 @@ package manager_test
 
 import (
 	"context"
+	"crypto/sha1"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -35,6 +37,170 @@ type acquired struct {
 	l    *manager.Lock
 	err  error
 	when time.Time
+}
+
+// A hand-over is announced to the new holder's Manager and to the Manager
+// of the waiter queued next (which looks again when the claim lease ends,
+// should the new holder have died), each on its own hand-over channel, and
+// to nobody else: a release sends one or two messages however many
+// processes wait. The lock's own channel carries only "free", when the last
+// holder's release deletes the marked key with nobody left to hand it.
+func TestRealHandOverReachesItsWaitersOnly(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := ctxT(t)
+		res := testenv.Unique("fanout")
+		ms, listen := fanout(t, ctx, c, 5)
+		holder, err := ms[0].TryAcquire(ctx, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		heard := listen(holder.Key())
+		got := make(chan acquired, 4)
+		for i := 1; i <= 4; i++ {
+			go func() {
+				l, err := ms[i].Acquire(ctx, res)
+				got <- acquired{who: i, l: l, err: err}
+			}()
+			eventually(t, 5*time.Second, fmt.Sprintf("waiter %d queued", i), func() bool { return queueLen(t, c, holder.Key()) == int64(i) })
+		}
+		var want []string
+		prev := holder
+		for i := 1; i <= 4; i++ {
+			if err := prev.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			a := <-got
+			if a.err != nil || a.who != i {
+				t.Fatalf("waiter %d got the lock (%v); want waiter %d", a.who, a.err, i)
+			}
+			want = append(want, fmt.Sprintf("%d: %s 0", i, digestOf(a.l)))
+			if i < 4 {
+				want = append(want, fmt.Sprintf("%d: %s 0", i+1, digestOf(a.l)))
+			}
+			prev = a.l
+		}
+		if err := prev.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		heard(append(want, "lock: free"))
+	})
+}
+
+// The same for a read-write lock: a release that hands it to a run of
+// readers announces each to its own Manager, and the last of them also to
+// the writer queued behind them.
+func TestRealReadersHandOverReachesItsWaitersOnly(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, c redis.UniversalClient) {
+		ctx := ctxT(t)
+		res := testenv.Unique("fanout-rw")
+		ms, listen := fanout(t, ctx, c, 4)
+		writer, err := ms[0].TryAcquireWrite(ctx, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		heard := listen(writer.Key())
+		got := make([]chan *manager.Lock, 4)
+		for i := 1; i <= 3; i++ {
+			got[i] = make(chan *manager.Lock, 1)
+			go func() {
+				acquire := ms[i].AcquireRead
+				if i == 3 {
+					acquire = ms[i].AcquireWrite
+				}
+				l, err := acquire(ctx, res)
+				if err != nil {
+					t.Error(err)
+				}
+				got[i] <- l
+			}()
+			eventually(t, 5*time.Second, fmt.Sprintf("waiter %d queued", i), func() bool {
+				info, err := ms[0].Inspect(ctx, res)
+				return err == nil && info.Waiters == i
+			})
+		}
+		if err := writer.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r1, r2 := <-got[1], <-got[2]
+		if r1 == nil || r2 == nil {
+			t.FailNow()
+		}
+		if err := r1.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := r2.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		w := <-got[3]
+		if w == nil {
+			t.FailNow()
+		}
+		heard([]string{
+			"1: " + digestOf(r1) + " 0",
+			"2: " + digestOf(r2) + " 0", "3: " + digestOf(r2) + " 0",
+			"3: " + digestOf(w) + " 0",
+		})
+		if err := w.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// fanout makes n managers on c, owners "fanout-0" to
+// "fanout-<n-1>", queued waiters re-checking only every 5 s; listen
+// subscribes the channels of the lock at key, its own and each manager's
+// hand-over channel, and returns heard, which asserts that the messages
+// on them are want, in order (each "<manager or lock>: <payload>"), and
+// nothing else before them.
+func fanout(t *testing.T, ctx context.Context, c redis.UniversalClient, n int) (ms []*manager.Manager, listen func(key string) (heard func(want []string))) {
+	for i := range n {
+		ms = append(ms, newManager(t, c, slowRecheck, manager.WithOwner(fmt.Sprintf("fanout-%d", i))))
+	}
+	return ms, func(key string) func([]string) {
+		names := map[string]string{sharding.ChannelName(key): "lock"}
+		chans := []string{sharding.ChannelName(key)}
+		for i := range n {
+			ch := sharding.HandoverChannel(key, fmt.Sprintf("fanout-%d", i))
+			names[ch] = fmt.Sprint(i)
+			chans = append(chans, ch)
+		}
+		var ps *redis.PubSub
+		switch cl := c.(type) {
+		case *redis.ClusterClient:
+			ps = cl.SSubscribe(ctx, chans...)
+		case *redis.Client:
+			ps = cl.SSubscribe(ctx, chans...)
+		default:
+			t.Fatalf("client %T", c)
+		}
+		t.Cleanup(func() { _ = ps.Close() })
+		for range chans {
+			if _, err := ps.Receive(ctx); err != nil { // the confirmations
+				t.Fatal(err)
+			}
+		}
+		return func(want []string) {
+			t.Helper()
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			var heard []string
+			for len(heard) < len(want) {
+				msg, err := ps.ReceiveMessage(rctx)
+				if err != nil {
+					t.Fatalf("heard %q, then: %v", heard, err)
+				}
+				heard = append(heard, names[msg.Channel]+": "+msg.Payload)
+			}
+			if !slices.Equal(heard, want) {
+				t.Fatalf("announcements heard:\n%s\nwant:\n%s", strings.Join(heard, "\n"), strings.Join(want, "\n"))
+			}
+		}
+	}
+}
+
+// digestOf is the sha1 of l's token in hex, as a hand-over announces it.
+func digestOf(l *manager.Lock) string {
+	return fmt.Sprintf("%x", sha1.Sum([]byte(l.Token())))
 }
 
 // Waiters of different managers get the lock in the order they queued, each

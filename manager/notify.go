@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,10 +15,13 @@ import (
 	"github.com/shardlock/shardlock/sharding"
 )
 
-// notifier delivers hand-over announcements (SPUBLISH on a lock's channel,
-// sent by the release scripts) to the waiters of this Manager: to the local
-// queues (localQueues.announced), or, when a marked key was freed, to the
-// batch waiters watching it (wakeFree). It keeps one sharded pub/sub
+// notifier delivers the release scripts' announcements (SPUBLISH) to the
+// waiters of this Manager: a hand-over, on this Manager's hand-over
+// channel of the lock (sharding.HandoverChannel), to the local queues
+// (localQueues.announced); a marked key freed with nobody handed it, on the
+// lock's channel (sharding.ChannelName), to the batch waiters watching it
+// (wakeFree) and the local queues (lookNow). A queued waiter watches both
+// channels, a batch waiter the lock's channel. It keeps one sharded pub/sub
 // connection per node it needs, shared by every waiter. A channel stays
 // subscribed for subscribeLinger after its last waiter leaves (at most
 // maxIdleSubs channels at a time), so that a process that waits for the
@@ -59,6 +63,11 @@ type notifier struct {
 	// without a message before it pings the server (pubsubHealthCheck;
 	// tests make it shorter).
 	healthCheck time.Duration
+
+	// handoverSuffix ends this Manager's hand-over channels
+	// (sharding.HandoverChannel): a lock key's channel suffix, a colon
+	// and the owner id.
+	handoverSuffix string
 
 	subscribes, unsubscribes atomic.Int64 // SSUBSCRIBE and SUNSUBSCRIBE sent, for tests
 }
@@ -121,47 +130,85 @@ const (
 func newNotifier(m *Manager) *notifier {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &notifier{m: m, ctx: ctx, cancel: cancel, nodes: map[string]*nodeSub{}, chans: map[string]*chanWaiters{},
-		subs: map[string]*subscribing{}, healthCheck: pubsubHealthCheck}
+		subs: map[string]*subscribing{}, healthCheck: pubsubHealthCheck,
+		handoverSuffix: sharding.HandoverChannel("", m.cfg.owner)}
 }
 
-// watch keeps the channel of the lock at key subscribed, subscribing it
-// when no waiter of this Manager has yet; the returned function stops
-// watching. It waits for a new subscription until it is made, ctx ends,
-// until passes (zero: no limit) or subscribeWait passes, whichever comes
-// first.
+// channels are the two channels a queued waiter of the lock at key watches:
+// the lock's channel, where a release that deletes a marked key announces
+// it free, and this Manager's hand-over channel of the lock, where a
+// release that hands the lock to one of its waiters (or to the waiter
+// queued before its own) announces it.
+func (n *notifier) channels(key string) [2]string {
+	return [2]string{sharding.ChannelName(key), sharding.HandoverChannel(key, n.m.cfg.owner)}
+}
+
+// keyOf returns the lock key whose channel (or this Manager's hand-over
+// channel) is ch.
+func (n *notifier) keyOf(ch string) string {
+	if k, ok := strings.CutSuffix(ch, n.handoverSuffix); ok {
+		return k
+	}
+	return channelKey(ch)
+}
+
+// watch keeps the channels of the lock at key subscribed (channels),
+// subscribing them when no waiter of this Manager has yet; the returned
+// function stops watching. It waits for a new subscription until it is
+// made, ctx ends, until passes (zero: no limit) or subscribeWait passes,
+// whichever comes first.
 func (n *notifier) watch(ctx context.Context, key string, until time.Time) (unwatch func()) {
-	ch := sharding.ChannelName(key)
+	chs := n.channels(key)
+	return n.watchChans(ctx, key, until, chs[:])
+}
+
+// watchChans is watch of the channels chs of the lock at key.
+func (n *notifier) watchChans(ctx context.Context, key string, until time.Time, chs []string) (unwatch func()) {
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
 		return func() {}
 	}
-	cw := n.chans[ch]
-	if cw == nil {
-		cw = &chanWaiters{}
-		n.chans[ch] = cw
+	var pending []chan struct{}
+	for _, ch := range chs {
+		cw := n.chans[ch]
+		if cw == nil {
+			cw = &chanWaiters{}
+			n.chans[ch] = cw
+		}
+		if !cw.idleAt.IsZero() {
+			cw.idleAt = time.Time{}
+			n.idle--
+		}
+		cw.watchers++
+		if p := n.subscribeLocked(key, ch, cw, again{}); p != nil {
+			pending = append(pending, p)
+		}
 	}
-	if !cw.idleAt.IsZero() {
-		cw.idleAt = time.Time{}
-		n.idle--
-	}
-	cw.watchers++
-	pending := n.subscribeLocked(key, ch, cw, again{})
 	n.mu.Unlock()
-	if pending != nil {
+	if len(pending) > 0 {
 		wait := subscribeWait
 		if left := time.Until(until); !until.IsZero() && left < wait {
 			wait = max(left, 0)
 		}
 		t := time.NewTimer(wait)
-		select {
-		case <-pending:
-		case <-ctx.Done():
-		case <-t.C:
+	waiting:
+		for _, p := range pending {
+			select {
+			case <-p:
+			case <-ctx.Done():
+				break waiting
+			case <-t.C:
+				break waiting
+			}
 		}
 		t.Stop()
 	}
-	return func() { n.unwatch(ch) }
+	return func() {
+		for _, ch := range chs {
+			n.unwatch(ch)
+		}
+	}
 }
 
 // again says why a channel is subscribed again; zero for a first
@@ -243,12 +290,16 @@ func (n *notifier) subscribe(key, ch string, sub *subscribing, why again) {
 	}
 }
 
-// hearing reports whether the channel of the lock at key is subscribed.
+// hearing reports whether the channels of the lock at key are subscribed.
 func (n *notifier) hearing(key string) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	cw := n.chans[sharding.ChannelName(key)]
-	return cw != nil && cw.node != nil
+	for _, ch := range n.channels(key) {
+		if cw := n.chans[ch]; cw == nil || cw.node == nil {
+			return false
+		}
+	}
+	return true
 }
 
 // watched reports whether a waiter of this Manager watches ch.
@@ -388,8 +439,8 @@ func (n *notifier) closeIfUnused(ns *nodeSub) {
 // watchFree is watch for a batch waiter: it also signals wake (without
 // blocking; give it a buffer of one) each time the key is announced free.
 func (n *notifier) watchFree(ctx context.Context, key string, until time.Time, wake chan struct{}) (unwatch func()) {
-	stop := n.watch(ctx, key, until)
 	ch := sharding.ChannelName(key)
+	stop := n.watchChans(ctx, key, until, []string{ch})
 	n.mu.Lock()
 	if cw := n.chans[ch]; cw != nil {
 		if cw.wakers == nil {
@@ -565,9 +616,9 @@ func (n *notifier) deliver(ns *nodeSub, msg any) {
 	case *redis.Message:
 		if v.Payload == freePayload {
 			n.wakeFree(v.Channel)
-			n.m.queues.lookNow(channelKey(v.Channel))
+			n.m.queues.lookNow(n.keyOf(v.Channel))
 		} else {
-			n.m.queues.announced(channelKey(v.Channel), v.Payload)
+			n.m.queues.announced(n.keyOf(v.Channel), v.Payload)
 		}
 		return
 	case *redis.Subscription:
@@ -595,7 +646,7 @@ func (n *notifier) deliver(ns *nodeSub, msg any) {
 		case cw.watchers > 0 && !n.closed:
 			// Subscribe again, on the slot's new node, once the
 			// slot map has been reloaded.
-			n.subscribeLocked(channelKey(ch), ch, cw, again{pause: resubscribePause, old: ns, moved: true})
+			n.subscribeLocked(n.keyOf(ch), ch, cw, again{pause: resubscribePause, old: ns, moved: true})
 			resubscribe = true
 		}
 	}
@@ -605,19 +656,21 @@ func (n *notifier) deliver(ns *nodeSub, msg any) {
 	}
 }
 
-// missed subscribes key's channel again: a waiter of this Manager found
+// missed subscribes key's channels again: a waiter of this Manager found
 // the lock handed to it by a re-check, with no announcement heard. The
 // subscription may be gone without a word: its node failed over, or the
 // connection was made again to a node that no longer serves the slot
 // (go-redis subscribes its channels again and drops the MOVED replies).
 func (n *notifier) missed(key string) {
-	ch := sharding.ChannelName(key)
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if cw := n.chans[ch]; cw != nil && cw.node != nil && !n.closed {
-		old := cw.node
-		cw.node = nil
-		n.subscribeLocked(key, ch, cw, again{old: old})
+	// Both channels: they share the node's connection, and so its fate.
+	for _, ch := range n.channels(key) {
+		if cw := n.chans[ch]; cw != nil && cw.node != nil && !n.closed {
+			old := cw.node
+			cw.node = nil
+			n.subscribeLocked(key, ch, cw, again{old: old})
+		}
 	}
 }
 
@@ -646,13 +699,14 @@ func (n *notifier) close() {
 	n.wg.Wait()
 }
 
-// refresh subscribes key's channel again, in the background, if the
-// server dropped it.
+// refresh subscribes key's channels again, in the background, if the
+// server dropped them.
 func (n *notifier) refresh(key string) {
-	ch := sharding.ChannelName(key)
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if cw := n.chans[ch]; cw != nil && !n.closed {
-		n.subscribeLocked(key, ch, cw, again{})
+	for _, ch := range n.channels(key) {
+		if cw := n.chans[ch]; cw != nil && !n.closed {
+			n.subscribeLocked(key, ch, cw, again{})
+		}
 	}
 }

@@ -62,7 +62,8 @@ func TestIdleSubscriptionPings(t *testing.T) {
 func pinged(list, name string) bool {
 	for line := range strings.SplitSeq(list, "\n") {
 		f := strings.Fields(line)
-		if slices.Contains(f, "name="+name) && slices.Contains(f, "ssub=1") && slices.Contains(f, "cmd=ping") {
+		subscribed := slices.ContainsFunc(f, func(s string) bool { return strings.HasPrefix(s, "ssub=") && s != "ssub=0" })
+		if slices.Contains(f, "name="+name) && subscribed && slices.Contains(f, "cmd=ping") {
 			return true
 		}
 	}
@@ -95,7 +96,7 @@ func TestOneSubscriptionPerNode(t *testing.T) {
 		m.notify.mu.Lock()
 		chans, nodes := len(m.notify.chans), len(m.notify.nodes)
 		m.notify.mu.Unlock()
-		if chans == 30 {
+		if chans == 2*30 { // each lock's channel and this Manager's hand-over channel of it
 			if nodes > 3 {
 				t.Fatalf("%d subscription connections for 3 masters", nodes)
 			}
@@ -156,21 +157,22 @@ func TestSubscriptionLingers(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			if s, u := m.notify.subscribes.Load(), m.notify.unsubscribes.Load(); s != 1 || u != 0 {
-				t.Fatalf("3 waits: %d SSUBSCRIBE, %d SUNSUBSCRIBE; want 1 and 0", s, u)
+			// The lock's channel and m's hand-over channel of it, once each.
+			if s, u := m.notify.subscribes.Load(), m.notify.unsubscribes.Load(); s != 2 || u != 0 {
+				t.Fatalf("3 waits: %d SSUBSCRIBE, %d SUNSUBSCRIBE; want 2 and 0", s, u)
 			}
 			m.notify.mu.Lock()
 			idle := m.notify.idle
 			m.notify.mu.Unlock()
-			if idle != 1 {
-				t.Fatalf("%d channels linger, want 1", idle)
+			if idle != 2 {
+				t.Fatalf("%d channels linger, want 2", idle)
 			}
 		})
 	}
 }
 
 // A waiter whose re-check finds the lock handed to it, with no
-// announcement heard, subscribes its channel again: its subscription may
+// announcement heard, subscribes its channels again: its subscription may
 // be gone without a word (a failed-over node, or a connection made again to
 // a node that no longer serves the slot). Here the notifier is made to
 // believe the channel subscribed on another master, as it would after a
@@ -208,7 +210,7 @@ func missedHandOver(t *testing.T, try, acquire acquireFunc) {
 		t.Fatal(err)
 	}
 	key := h.Key()
-	ch := sharding.ChannelName(key)
+	ch := sharding.HandoverChannel(key, m.cfg.owner) // where m hears its hand-overs
 	owner, other := testenv.MastersOf(t, ctx, cc, key)
 	subscribers := func() int64 {
 		v, err := owner.Do(ctx, "pubsub", "shardnumsub", ch).Slice()
@@ -312,13 +314,17 @@ func TestRefusedSubscriptionCoolsDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ch := sharding.ChannelName(h.Key())
+	chs := m.notify.channels(h.Key())
 	got := acquireReleasing(ctx, m, res)
 	failed := func() bool {
 		m.notify.mu.Lock()
 		defer m.notify.mu.Unlock()
-		cw := m.notify.chans[ch]
-		return cw != nil && !cw.failedAt.IsZero()
+		for _, ch := range chs {
+			if cw := m.notify.chans[ch]; cw == nil || cw.failedAt.IsZero() {
+				return false
+			}
+		}
+		return true
 	}
 	for deadline := time.Now().Add(10 * time.Second); !failed(); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -326,8 +332,8 @@ func TestRefusedSubscriptionCoolsDown(t *testing.T) {
 		}
 	}
 	sent := m.notify.subscribes.Load()
-	if sent != subscribeAttempts {
-		t.Fatalf("%d SSUBSCRIBE in the round, want %d", sent, subscribeAttempts)
+	if sent != int64(len(chs))*subscribeAttempts {
+		t.Fatalf("%d SSUBSCRIBE in the rounds of %d channels, want %d each", sent, len(chs), subscribeAttempts)
 	}
 	// The waiter re-checks every 100 ms meanwhile, and each re-check's
 	// refresh would start another round.

@@ -217,10 +217,11 @@ func WithTraceID(f func(context.Context) string) Option {
 
 // WithNotifications turns the fair queue on or off. On (the default), a
 // waiting Acquire of one resource queues up in Redis (on the lock's waiter
-// list) and its manager listens on the lock's channel (sharded pub/sub, one
+// list) and its manager listens on the lock's channels (sharded pub/sub, one
 // connection per node shared by all waiters): a release hands the lock to
-// the first queued waiter and announces it, so the waiter holds the lock
-// when it hears. Announcements can be lost and an expiring key announces
+// the first queued waiter and announces it to that waiter's manager (and
+// to the manager of the waiter queued next, nobody else), so the waiter
+// holds the lock when it hears. Announcements can be lost and an expiring key announces
 // nothing, so queued waiters also re-check, on the retry strategy's timer
 // but at most every 100 ms. A waiting batch (AcquireBatch, and the busy
 // groups of AcquireMulti) does not queue: it marks the keys others hold,

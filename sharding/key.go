@@ -93,9 +93,18 @@ func hasReservedSuffix(s string) bool {
 // lockKey. It shares lockKey's slot.
 func FenceKey(lockKey string) string { return lockKey + FenceSuffix }
 
-// ChannelName returns the (sharded) pub/sub channel on which releases of the
-// lock stored at lockKey are announced. It shares lockKey's slot.
+// ChannelName returns the (sharded) pub/sub channel on which a release of
+// the lock stored at lockKey announces that it deleted the key with waiters
+// marked on it ("free"). It shares lockKey's slot.
 func ChannelName(lockKey string) string { return lockKey + ChannelSuffix }
+
+// HandoverChannel returns the (sharded) pub/sub channel on which a release
+// that hands the lock stored at lockKey to a queued waiter of owner (the
+// owner id in its token) announces it: to the new holder's owner, and to
+// the owner of the waiter queued next. The waiters of one Manager hear only
+// the hand-overs that concern them, however many processes wait. It shares
+// lockKey's slot.
+func HandoverChannel(lockKey, owner string) string { return lockKey + ChannelSuffix + ":" + owner }
 
 // QueueKey returns the key of the list of waiters queued for the lock stored
 // at lockKey (its fair queue: a release hands the lock to the first of them).

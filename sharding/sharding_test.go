@@ -104,7 +104,7 @@ func FuzzLockKeySlot(f *testing.F) {
 			t.Fatalf("lock key %q of %q has no hash tag", key, resource)
 		}
 		if Slot(FenceKey(key)) != Slot(key) || Slot(ChannelName(key)) != Slot(key) || Slot(QueueKey(key)) != Slot(key) ||
-			Slot(OutcomeKey(key)) != Slot(key) {
+			Slot(OutcomeKey(key)) != Slot(key) || Slot(HandoverChannel(key, "{host}:1")) != Slot(key) {
 			t.Fatalf("helper keys of %q leave slot %d", key, Slot(key))
 		}
 		if IsHelperKey(key) {

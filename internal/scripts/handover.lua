@@ -75,9 +75,8 @@ local function enqueue(q, e)
 end
 
 -- hand_over gives key k, on its claim lease (claim_ms), to the first live
--- entry of its queue and announces
--- it with SPUBLISH on "<k>:released" as "<sha1 of the token> <fence>"
--- (tokens are not broadcast). Entries past their deadline (by the server's
+-- entry of its queue and announces it to that entry's waiter and to the
+-- next entry's (announce, prelude.lua). Entries past their deadline (by the server's
 -- clock, read once, only when an entry is popped) and entries that are not
 -- entries are dropped. It returns true when it handed the key over.
 local now
@@ -94,7 +93,10 @@ local function hand_over(k)
     if d and d >= now then
       local tok, fence = grant(k, e, claim_ms)
       if tok then
-        redis.pcall('SPUBLISH', k .. CHANNEL_SUFFIX, redis.sha1hex(tok) .. ' ' .. string.format('%d', fence))
+        local nxt = redis.pcall('LINDEX', q, 0)
+        local next_tok
+        if type(nxt) == 'string' then next_tok = select(3, entry_parts(nxt)) end
+        announce(k, tok, fence, next_tok)
         return true
       end
       if fence ~= 'junk' then
@@ -108,8 +110,9 @@ end
 
 -- announce_free announces on "<k>:released" that key k was deleted with
 -- nobody handed it: the message batch waiters wait for (they mark the keys
--- they wait for, and a marked key's release comes here). A queued waiter's
--- announcement is never "free": it always carries a digest and a fence.
+-- they wait for, and a marked key's release comes here), and queued
+-- waiters, which then look at once. A hand-over is never announced there:
+-- it goes to its waiters' own channels (announce).
 local function announce_free(k)
   redis.pcall('SPUBLISH', k .. CHANNEL_SUFFIX, 'free')
 end

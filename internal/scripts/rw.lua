@@ -22,8 +22,8 @@
 -- whose expiry has passed counts as gone. The key lives as long as the
 -- latest of them. When the lock falls free, the first live queued entry
 -- gets it on the claim lease (RW_CLAIM), a reader together with the readers
--- queued right behind it, each announced on "<key>:released" as "<sha1 of
--- the token> <fence>".
+-- queued right behind it, each announced on its owner's hand-over channel
+-- (announce, prelude.lua).
 
 local RW_MAGIC = 'rw1'
 local RW_CLAIM = 200 -- scripts.ClaimLease, as claim_ms in handover.lua
@@ -178,19 +178,24 @@ local function rw_add_reader(k, s, tok, ttl, fresh)
   rw_keep(k, s, exp)
 end
 
--- rw_announce tells the waiter with token tok that it holds the lock.
-local function rw_announce(k, tok, fence)
-  redis.pcall('SPUBLISH', k .. CHANNEL_SUFFIX, redis.sha1hex(tok) .. ' ' .. string.format('%d', fence))
+-- rw_first_token is the token of the first entry of queue list qs, if any.
+local function rw_first_token(qs)
+  if qs[1] then
+    local _, _, _, tok = rw_entry(qs[1])
+    return tok
+  end
 end
 
 -- rw_hand_over gives k, which has no holder now, to the first live entry
 -- of its queue: a writer, or a reader and the readers queued right behind
--- it, each on the claim lease; dead entries and junk are dropped. It
--- returns true when it handed k over.
+-- it, each on the claim lease; dead entries and junk are dropped. Each is
+-- announced on its owner's channel, and the last of them to the entry that
+-- is first in the queue then (announce, prelude.lua). It returns true when
+-- it handed k over.
 local function rw_hand_over(k, s)
   if not s.q then return false end
   local qs = rw_queue(s)
-  local i, readers = 1, 0
+  local i, readers, last = 1, 0, nil
   while i <= #qs do
     local _, ttl, f, tok = rw_entry(qs[i])
     local lease = math.min(ttl, RW_CLAIM)
@@ -199,18 +204,20 @@ local function rw_hand_over(k, s)
         table.remove(qs, i)
         local fence = rw_set_writer(k, s, tok, lease, f == '1')
         rw_store(k, s, qs)
-        rw_announce(k, tok, fence)
+        announce(k, tok, fence, rw_first_token(qs))
         return true
       end
       break -- the writer's turn comes after these readers
     end
     table.remove(qs, i)
     rw_add_reader(k, s, tok, lease, false)
-    rw_announce(k, tok, 0)
+    if last then announce(k, last, 0) end
+    last = tok
     readers = readers + 1
     if readers >= RW_RUN then break end
   end
   rw_store(k, s, qs)
+  if last then announce(k, last, 0, rw_first_token(qs)) end
   return readers > 0
 end
 

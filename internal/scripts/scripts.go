@@ -106,7 +106,8 @@ local QUEUED_MARK = '\%d'
 `, sharding.FenceSuffix, sharding.QueueSuffix, sharding.OutcomeSuffix, sharding.ChannelSuffix, sharding.ForcedSuffix, sharding.QueuedMark[0])
 
 // preludeSrc is the piece prelude.lua: names.lua, and is_mine, the one test
-// of whether a lock key's value is a token's, forced and put_record. A script's fast
+// of whether a lock key's value is a token's, forced, put_record and
+// announce (a hand-over's messages). A script's fast
 // path that needs only the names includes names.lua before it and
 // prelude.lua after it: the server makes a script's functions anew on
 // every call, and a fast path that returns first never pays for them.
@@ -133,6 +134,27 @@ local function put_record(rk, k, val, ms)
   if type(r) == 'table' and r.ok then return end
   if type(redis.pcall('EXISTS', k, rk)) == 'number' then
     redis.pcall('SET', rk, val, 'PX', ms)
+  end
+end
+-- announce tells the waiter with token tok that it holds lock key k, as
+-- "<sha1 of tok> <fence>" (tokens are not broadcast), on the hand-over
+-- channel of tok's owner, "<k>:released:<owner>" (sharding.HandoverChannel),
+-- and, when next_tok (the token of the entry now first in k's queue) is
+-- given and another owner's, the same on that owner's channel: a waiter that
+-- hears a hand-over not its own looks again when the claim lease ends, so a
+-- new holder that died while queued costs the next waiter one lease. Nobody
+-- else hears it: a hand-over sends one or two messages, however many
+-- processes wait.
+local function owner_channel(k, tok)
+  return k .. CHANNEL_SUFFIX .. ':' .. (string.match(tok, '^sl1%.%d+%.[%w_-]+%.(.+)$') or '')
+end
+local function announce(k, tok, fence, next_tok)
+  local msg = redis.sha1hex(tok) .. ' ' .. string.format('%d', fence)
+  local ch = owner_channel(k, tok)
+  redis.pcall('SPUBLISH', ch, msg)
+  if next_tok then
+    local nch = owner_channel(k, next_tok)
+    if nch ~= ch then redis.pcall('SPUBLISH', nch, msg) end
   end
 end
 `
