@@ -19,7 +19,7 @@ import (
 // A waiter wakes on the release notification, not on its (5 s) poll timer.
 func TestRealWaiterWakesOnRelease(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, c redis.UniversalClient) {
-		m := newManager(t, c, manager.WithRetry(manager.LinearBackoff(5*time.Second)))
+		m := newManager(t, c, manager.WithOwner("waiter"), manager.WithRetry(manager.LinearBackoff(5*time.Second)))
 		ctx := ctxT(t)
 		res := testenv.Unique("wake")
 		holder, err := m.TryAcquire(ctx, res)
@@ -27,8 +27,8 @@ func TestRealWaiterWakesOnRelease(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := acquiredAt(ctx, t, m, res)
-		// Release once the waiter listens on the lock's channel.
-		ch := sharding.ChannelName(holder.Key())
+		// Release once the waiter listens on its hand-over channel.
+		ch := sharding.HandoverChannel(holder.Key(), "waiter")
 		eventually(t, 5*time.Second, "waiter subscribed", func() bool {
 			return c.PubSubShardNumSub(ctx, ch).Val()[ch] > 0
 		})
@@ -57,7 +57,7 @@ func TestRealWaiterHearsAfterConnectionsDrop(t *testing.T) {
 			var cut, other testenv.Cutter
 			c := target.Client(t, &other)
 			holderM := newManager(t, c)
-			m := newManager(t, target.Client(t, &cut), manager.WithRetry(manager.LinearBackoff(5*time.Second)))
+			m := newManager(t, target.Client(t, &cut), manager.WithOwner("waiter"), manager.WithRetry(manager.LinearBackoff(5*time.Second)))
 			ctx := ctxT(t)
 			res := testenv.Unique("drop")
 			holder, err := holderM.TryAcquire(ctx, res)
@@ -65,7 +65,7 @@ func TestRealWaiterHearsAfterConnectionsDrop(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := acquiredAt(ctx, t, m, res)
-			ch := sharding.ChannelName(holder.Key())
+			ch := sharding.HandoverChannel(holder.Key(), "waiter")
 			subscribed := func() bool { return c.PubSubShardNumSub(ctx, ch).Val()[ch] > 0 }
 			eventually(t, 5*time.Second, "waiter subscribed", subscribed)
 			dials := cut.Dials()

@@ -279,10 +279,11 @@ func subscriptionFollowsSlot(t *testing.T, addrs []string, releaseAtOnce bool) {
 	key := h.Key()
 	slot := sharding.Slot(key)
 	src, dst := migrationNodes(t, ctx, admin, slot)
-	ch := sharding.ChannelName(key)
+	// The waiter's channels: the lock's, and its hand-over channel.
+	chs := []any{"pubsub", "shardnumsub", sharding.ChannelName(key), sharding.HandoverChannel(key, "waiter")}
 	subscribed := func(c *redis.Client) bool {
-		v, err := c.Do(ctx, "pubsub", "shardnumsub", ch).Slice()
-		return err == nil && len(v) == 2 && v[1] == int64(1)
+		v, err := c.Do(ctx, chs...).Slice()
+		return err == nil && len(v) == 4 && v[1] == int64(1) && v[3] == int64(1)
 	}
 	got := startWaiter(ctx, waiterM, res)
 	waitBeforeRelease(t, ctx, got, "the waiter never queued", func() bool {
