@@ -554,9 +554,12 @@ func (a *acquirer) watchBatch(held []int) (added bool) {
 // the Manager closes.
 func (a *acquirer) sleep(d time.Duration, notAcquired error) error {
 	m := a.m
-	var grants chan grantMsg
+	var (
+		grants chan grantMsg
+		rearm  chan struct{}
+	)
 	if a.fw != nil {
-		grants = a.fw.ch
+		grants, rearm = a.fw.ch, a.fw.rearm
 	}
 	lookAt := time.Now().Add(d)
 	for {
@@ -578,6 +581,8 @@ func (a *acquirer) sleep(d time.Duration, notAcquired error) error {
 					continue // moved on by a newer hand-over
 				}
 			}
+		case <-rearm:
+			continue // a new time to look (recheckAt)
 		case g := <-grants:
 			if !g.retry {
 				a.granted = &g

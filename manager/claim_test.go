@@ -2,6 +2,7 @@ package manager_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -97,6 +98,64 @@ func TestRealDeadWaiterCostsOneLease(t *testing.T) {
 			t.Fatal(err)
 		}
 		cancelDead()
+		<-deadDone
+	})
+}
+
+// Two waiters that died while queued one behind the other: the release
+// hands the key to the first on its lease and tells the two entries
+// queued next, so the live waiter behind them looks when the lease ends
+// (its own re-checks are 5 s apart) and takes the key then.
+func TestRealTwoDeadWaitersInARowCostOneLease(t *testing.T) {
+	forEachCuttable(t, func(t *testing.T, client func(*testenv.Cutter) redis.UniversalClient) {
+		ctx := ctxT(t)
+		res := testenv.Unique("deadwaiters")
+		admin := client(nil)
+		holderM := newManager(t, client(nil), manager.WithOwner("holder"))
+		h, err := holderM.TryAcquire(ctx, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := h.Key()
+		deadCtx, cancelDead := context.WithCancel(ctx)
+		defer cancelDead()
+		deadDone := make(chan error, 2)
+		for i := range 2 {
+			cut := &testenv.Cutter{}
+			deadM := newManager(t, client(cut), manager.WithOwner(fmt.Sprintf("dead-%d", i)))
+			go func() {
+				_, err := deadM.Acquire(deadCtx, res)
+				deadDone <- err
+			}()
+			eventually(t, 5*time.Second, "dead waiter queued", func() bool { return queueLen(t, admin, key) == int64(i+1) })
+			cut.Cut() // it sends nothing more: no give-up, no renewal, no release
+		}
+		liveM := newManager(t, client(nil), manager.WithOwner("live"), manager.WithRetry(manager.LinearBackoff(5*time.Second)))
+		got := make(chan acquired, 1)
+		go func() {
+			l, err := liveM.Acquire(ctx, res, manager.WithWait(8*time.Second))
+			got <- acquired{l: l, err: err, when: time.Now()}
+		}()
+		eventually(t, 5*time.Second, "live waiter queued", func() bool { return queueLen(t, admin, key) == 3 })
+
+		released := time.Now()
+		if err := h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		a := <-got
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+		took := a.when.Sub(released)
+		t.Logf("the live waiter took the lock %v after the release (claim lease %v, its re-checks 5 s apart)", took, scripts.ClaimLease)
+		if took > 2500*time.Millisecond {
+			t.Fatalf("the live waiter waited %v: it looked at its own re-check, not at the end of the lease", took)
+		}
+		if err := a.l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cancelDead()
+		<-deadDone
 		<-deadDone
 	})
 }

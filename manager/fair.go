@@ -36,11 +36,12 @@ import (
 // waiter's first queue write, the earliest the hand-over can have happened:
 // a waiter queued for so long that less than half the lease would be left
 // confirms it with a re-check before it returns the lock. The release also
-// announces the hand-over to the process of the entry queued next; that
-// waiter, hearing a hand-over that is not its own, looks again when the
-// lease would end (recheckAt), so a dead waiter's hand-over costs it about
-// one lease; and a re-check learns the key's TTL, so waiters also look when
-// a holder that died lets it expire.
+// announces the hand-over to the processes of the two entries queued next;
+// a waiter that hears a hand-over not its own looks again when the lease
+// would end (recheckAt; its sleep is woken to take that time), so a dead
+// waiter's hand-over, or two in a row, costs the next live waiter about one
+// lease; and a re-check learns the key's TTL, so waiters also look when a
+// holder that died lets it expire.
 //
 // A process that holds the lock and has local waiters queues its next
 // waiter with the release, and may hand the lock to it directly, up to
@@ -80,6 +81,9 @@ type fairWaiter struct {
 	// waiter that gives up instead has it released (giveUp).
 	transferred *transfer
 	ch          chan grantMsg
+	// rearm wakes the waiter's sleep to take a new expires into account
+	// (a hand-over announced to another waiter: look when its lease ends).
+	rearm chan struct{}
 }
 
 // grantMsg tells a fair waiter that it holds the lock (retry false), or that
@@ -125,7 +129,7 @@ func (lq *localQueues) recheckAt(w *fairWaiter) time.Time {
 func newFairWaiter(token string, ac *acquireConfig, deadline time.Time, mode rwMode) *fairWaiter {
 	sum := sha1.Sum([]byte(token))
 	return &fairWaiter{token: token, digest: hex.EncodeToString(sum[:]), ttl: ac.ttl,
-		fencing: ac.fencing, mode: mode, deadline: deadline, ch: make(chan grantMsg, 1)}
+		fencing: ac.fencing, mode: mode, deadline: deadline, ch: make(chan grantMsg, 1), rearm: make(chan struct{}, 1)}
 }
 
 // makeEntry formats w's queue entry (see handover.lua; a reader's, of a
@@ -464,8 +468,13 @@ func (lq *localQueues) announced(key, payload string) {
 	}
 	if q.head.digest != digest {
 		// Handed to another waiter, on its lease: if that waiter is dead,
-		// the key is free again when the lease ends. Look then.
+		// the key is free again when the lease ends. Look then, whenever
+		// the waiter's own re-check is due.
 		q.head.expires = time.Now().Add(scripts.ClaimLease)
+		select {
+		case q.head.rearm <- struct{}{}:
+		default: // already woken
+		}
 		return
 	}
 	fence, _ := strconv.ParseUint(fenceStr, 10, 64)

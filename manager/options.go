@@ -220,7 +220,7 @@ func WithTraceID(f func(context.Context) string) Option {
 // list) and its manager listens on the lock's channels (sharded pub/sub, one
 // connection per node shared by all waiters): a release hands the lock to
 // the first queued waiter and announces it to that waiter's manager (and
-// to the manager of the waiter queued next, nobody else), so the waiter
+// to the managers of the two waiters queued next, nobody else), so the waiter
 // holds the lock when it hears. Announcements can be lost and an expiring key announces
 // nothing, so queued waiters also re-check, on the retry strategy's timer
 // but at most every 100 ms. A waiting batch (AcquireBatch, and the busy

@@ -101,7 +101,7 @@ func ChannelName(lockKey string) string { return lockKey + ChannelSuffix }
 // HandoverChannel returns the (sharded) pub/sub channel on which a release
 // that hands the lock stored at lockKey to a queued waiter of owner (the
 // owner id in its token) announces it: to the new holder's owner, and to
-// the owner of the waiter queued next. The waiters of one Manager hear only
+// the owners of the two waiters queued next. The waiters of one Manager hear only
 // the hand-overs that concern them, however many processes wait. It shares
 // lockKey's slot.
 func HandoverChannel(lockKey, owner string) string { return lockKey + ChannelSuffix + ":" + owner }

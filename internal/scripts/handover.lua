@@ -76,7 +76,7 @@ end
 
 -- hand_over gives key k, on its claim lease (claim_ms), to the first live
 -- entry of its queue and announces it to that entry's waiter and to the
--- next entry's (announce, prelude.lua). Entries past their deadline (by the server's
+-- next two entries' (announce, prelude.lua). Entries past their deadline (by the server's
 -- clock, read once, only when an entry is popped) and entries that are not
 -- entries are dropped. It returns true when it handed the key over.
 local now
@@ -93,10 +93,15 @@ local function hand_over(k)
     if d and d >= now then
       local tok, fence = grant(k, e, claim_ms)
       if tok then
-        local nxt = redis.pcall('LINDEX', q, 0)
-        local next_tok
-        if type(nxt) == 'string' then next_tok = select(3, entry_parts(nxt)) end
-        announce(k, tok, fence, next_tok)
+        local nexts = {}
+        local nxt = redis.pcall('LRANGE', q, 0, 1)
+        if type(nxt) == 'table' and not nxt.err then
+          for _, ne in ipairs(nxt) do
+            local _, _, nt = entry_parts(ne)
+            if nt then nexts[#nexts + 1] = nt end
+          end
+        end
+        announce(k, tok, fence, nexts)
         return true
       end
       if fence ~= 'junk' then

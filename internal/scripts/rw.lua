@@ -178,19 +178,21 @@ local function rw_add_reader(k, s, tok, ttl, fresh)
   rw_keep(k, s, exp)
 end
 
--- rw_first_token is the token of the first entry of queue list qs, if any.
-local function rw_first_token(qs)
-  if qs[1] then
-    local _, _, _, tok = rw_entry(qs[1])
-    return tok
+-- rw_first_tokens are the tokens of the first two entries of queue list qs.
+local function rw_first_tokens(qs)
+  local out = {}
+  for i = 1, math.min(2, #qs) do
+    local _, _, _, tok = rw_entry(qs[i])
+    if tok then out[#out + 1] = tok end
   end
+  return out
 end
 
 -- rw_hand_over gives k, which has no holder now, to the first live entry
 -- of its queue: a writer, or a reader and the readers queued right behind
 -- it, each on the claim lease; dead entries and junk are dropped. Each is
--- announced on its owner's channel, and the last of them to the entry that
--- is first in the queue then (announce, prelude.lua). It returns true when
+-- announced on its owner's channel, and the last of them to the entries
+-- that are first and second in the queue then (announce, prelude.lua). It returns true when
 -- it handed k over.
 local function rw_hand_over(k, s)
   if not s.q then return false end
@@ -204,7 +206,7 @@ local function rw_hand_over(k, s)
         table.remove(qs, i)
         local fence = rw_set_writer(k, s, tok, lease, f == '1')
         rw_store(k, s, qs)
-        announce(k, tok, fence, rw_first_token(qs))
+        announce(k, tok, fence, rw_first_tokens(qs))
         return true
       end
       break -- the writer's turn comes after these readers
@@ -217,7 +219,7 @@ local function rw_hand_over(k, s)
     if readers >= RW_RUN then break end
   end
   rw_store(k, s, qs)
-  if last then announce(k, last, 0, rw_first_token(qs)) end
+  if last then announce(k, last, 0, rw_first_tokens(qs)) end
   return readers > 0
 end
 

@@ -139,22 +139,25 @@ end
 -- announce tells the waiter with token tok that it holds lock key k, as
 -- "<sha1 of tok> <fence>" (tokens are not broadcast), on the hand-over
 -- channel of tok's owner, "<k>:released:<owner>" (sharding.HandoverChannel),
--- and, when next_tok (the token of the entry now first in k's queue) is
--- given and another owner's, the same on that owner's channel: a waiter that
+-- and the same on the channels of the owners of nexts (the tokens of the
+-- entries now first and second in k's queue; each owner once): a waiter that
 -- hears a hand-over not its own looks again when the claim lease ends, so a
--- new holder that died while queued costs the next waiter one lease. Nobody
--- else hears it: a hand-over sends one or two messages, however many
--- processes wait.
+-- new holder that died while queued costs the next live waiter one lease,
+-- even when the waiter right behind it died too. Nobody else hears it: a
+-- hand-over sends at most three messages, however many processes wait.
 local function owner_channel(k, tok)
   return k .. CHANNEL_SUFFIX .. ':' .. (string.match(tok, '^sl1%.%d+%.[%w_-]+%.(.+)$') or '')
 end
-local function announce(k, tok, fence, next_tok)
+local function announce(k, tok, fence, nexts)
   local msg = redis.sha1hex(tok) .. ' ' .. string.format('%d', fence)
-  local ch = owner_channel(k, tok)
-  redis.pcall('SPUBLISH', ch, msg)
-  if next_tok then
-    local nch = owner_channel(k, next_tok)
-    if nch ~= ch then redis.pcall('SPUBLISH', nch, msg) end
+  local sent = {[owner_channel(k, tok)] = true}
+  redis.pcall('SPUBLISH', owner_channel(k, tok), msg)
+  for _, nt in ipairs(nexts or {}) do
+    local ch = owner_channel(k, nt)
+    if not sent[ch] then
+      sent[ch] = true
+      redis.pcall('SPUBLISH', ch, msg)
+    end
   end
 end
 `
