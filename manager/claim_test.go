@@ -2,7 +2,6 @@ package manager_test
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -49,10 +48,6 @@ func TestRealDeadWaiterCostsOneLease(t *testing.T) {
 		res := testenv.Unique("deadwaiter")
 		admin := client(nil)
 		holderM := newManager(t, client(nil), manager.WithOwner("holder"))
-		cut := &testenv.Cutter{}
-		deadM := newManager(t, client(cut), manager.WithOwner("dead"))
-		liveM := newManager(t, client(nil), manager.WithOwner("live"))
-
 		h, err := holderM.TryAcquire(ctx, res) // the default TTL: 10 s
 		if err != nil {
 			t.Fatal(err)
@@ -60,20 +55,8 @@ func TestRealDeadWaiterCostsOneLease(t *testing.T) {
 		key := h.Key()
 		deadCtx, cancelDead := context.WithCancel(ctx)
 		defer cancelDead()
-		deadDone := make(chan error, 1)
-		go func() {
-			_, err := deadM.Acquire(deadCtx, res)
-			deadDone <- err
-		}()
-		eventually(t, 5*time.Second, "dead waiter queued", func() bool { return queueLen(t, admin, key) == 1 })
-		cut.Cut() // it sends nothing more: no give-up, no renewal, no release
-
-		got := make(chan acquired, 1)
-		go func() {
-			l, err := liveM.Acquire(ctx, res, manager.WithWait(8*time.Second))
-			got <- acquired{l: l, err: err, when: time.Now()}
-		}()
-		eventually(t, 5*time.Second, "live waiter queued", func() bool { return queueLen(t, admin, key) == 2 })
+		deadDone := queueDeadWaiter(t, deadCtx, client, admin, res, key, "dead", 1)
+		got := queueLiveWaiter(t, ctx, newManager(t, client(nil), manager.WithOwner("live")), admin, res, key, 2)
 
 		released := time.Now()
 		if err := h.Release(ctx); err != nil {
@@ -119,24 +102,10 @@ func TestRealTwoDeadWaitersInARowCostOneLease(t *testing.T) {
 		key := h.Key()
 		deadCtx, cancelDead := context.WithCancel(ctx)
 		defer cancelDead()
-		deadDone := make(chan error, 2)
-		for i := range 2 {
-			cut := &testenv.Cutter{}
-			deadM := newManager(t, client(cut), manager.WithOwner(fmt.Sprintf("dead-%d", i)))
-			go func() {
-				_, err := deadM.Acquire(deadCtx, res)
-				deadDone <- err
-			}()
-			eventually(t, 5*time.Second, "dead waiter queued", func() bool { return queueLen(t, admin, key) == int64(i+1) })
-			cut.Cut() // it sends nothing more: no give-up, no renewal, no release
-		}
+		dead0 := queueDeadWaiter(t, deadCtx, client, admin, res, key, "dead-0", 1)
+		dead1 := queueDeadWaiter(t, deadCtx, client, admin, res, key, "dead-1", 2)
 		liveM := newManager(t, client(nil), manager.WithOwner("live"), manager.WithRetry(manager.LinearBackoff(5*time.Second)))
-		got := make(chan acquired, 1)
-		go func() {
-			l, err := liveM.Acquire(ctx, res, manager.WithWait(8*time.Second))
-			got <- acquired{l: l, err: err, when: time.Now()}
-		}()
-		eventually(t, 5*time.Second, "live waiter queued", func() bool { return queueLen(t, admin, key) == 3 })
+		got := queueLiveWaiter(t, ctx, liveM, admin, res, key, 3)
 
 		released := time.Now()
 		if err := h.Release(ctx); err != nil {
@@ -155,9 +124,41 @@ func TestRealTwoDeadWaitersInARowCostOneLease(t *testing.T) {
 			t.Fatal(err)
 		}
 		cancelDead()
-		<-deadDone
-		<-deadDone
+		<-dead0
+		<-dead1
 	})
+}
+
+// queueDeadWaiter starts an Acquire of res (lock key key) by a manager of
+// owner on a client of its own, whose traffic is cut once key's queue
+// holds n entries (its own the last): it sends nothing more, no give-up,
+// no renewal, no release. The returned channel says when that Acquire has
+// ended (with ctx).
+func queueDeadWaiter(t *testing.T, ctx context.Context, client func(*testenv.Cutter) redis.UniversalClient, admin redis.UniversalClient, res, key, owner string, n int64) <-chan error {
+	t.Helper()
+	cut := &testenv.Cutter{}
+	m := newManager(t, client(cut), manager.WithOwner(owner))
+	done := make(chan error, 1)
+	go func() {
+		_, err := m.Acquire(ctx, res)
+		done <- err
+	}()
+	eventually(t, 5*time.Second, owner+" queued", func() bool { return queueLen(t, admin, key) == n })
+	cut.Cut()
+	return done
+}
+
+// queueLiveWaiter starts m's Acquire of res (lock key key), waiting up to
+// 8 s, and returns once key's queue holds n entries (its own the last).
+func queueLiveWaiter(t *testing.T, ctx context.Context, m *manager.Manager, admin redis.UniversalClient, res, key string, n int64) <-chan acquired {
+	t.Helper()
+	got := make(chan acquired, 1)
+	go func() {
+		l, err := m.Acquire(ctx, res, manager.WithWait(8*time.Second))
+		got <- acquired{l: l, err: err, when: time.Now()}
+	}()
+	eventually(t, 5*time.Second, "live waiter queued", func() bool { return queueLen(t, admin, key) == n })
+	return got
 }
 
 // A lock handed over on the claim lease is confirmed to its full TTL by its
