@@ -137,8 +137,8 @@ func newNotifier(m *Manager) *notifier {
 // channels are the two channels a queued waiter of the lock at key watches:
 // the lock's channel, where a release that deletes a marked key announces
 // it free, and this Manager's hand-over channel of the lock, where a
-// release that hands the lock to one of its waiters (or to the waiter
-// queued before its own) announces it.
+// release that hands the lock to one of its waiters (or to one of the two
+// waiters queued before its own) announces it.
 func (n *notifier) channels(key string) [2]string {
 	return [2]string{sharding.ChannelName(key), sharding.HandoverChannel(key, n.m.cfg.owner)}
 }

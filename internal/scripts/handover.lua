@@ -3,6 +3,7 @@
 -- line in each of them.
 -- #include prelude.lua
 -- #include fence.lua
+-- #include announce.lua
 --
 -- A waiter's entry on "<key>:waiters" is
 -- "<deadline ms>:<ttl ms>:<1 to take a fence, else 0>:<token>". The queue
@@ -76,7 +77,7 @@ end
 
 -- hand_over gives key k, on its claim lease (claim_ms), to the first live
 -- entry of its queue and announces it to that entry's waiter and to the
--- next two entries' (announce, prelude.lua). Entries past their deadline (by the server's
+-- next two entries' (announce, announce.lua). Entries past their deadline (by the server's
 -- clock, read once, only when an entry is popped) and entries that are not
 -- entries are dropped. It returns true when it handed the key over.
 local now
@@ -117,7 +118,7 @@ end
 -- nobody handed it: the message batch waiters wait for (they mark the keys
 -- they wait for, and a marked key's release comes here), and queued
 -- waiters, which then look at once. A hand-over is never announced there:
--- it goes to its waiters' own channels (announce).
+-- it goes to its waiters' own channels (announce.lua).
 local function announce_free(k)
   redis.pcall('SPUBLISH', k .. CHANNEL_SUFFIX, 'free')
 end

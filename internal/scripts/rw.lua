@@ -2,6 +2,7 @@
 -- puts this file in place of the include line in each of them.
 -- #include prelude.lua
 -- #include fence.lua (next_fence)
+-- #include announce.lua
 --
 -- A read-write lock is one hash at the lock key and nothing else, so that
 -- a slot migration moves it whole and a script never writes a key that may
@@ -23,7 +24,7 @@
 -- latest of them. When the lock falls free, the first live queued entry
 -- gets it on the claim lease (RW_CLAIM), a reader together with the readers
 -- queued right behind it, each announced on its owner's hand-over channel
--- (announce, prelude.lua).
+-- (announce.lua).
 
 local RW_MAGIC = 'rw1'
 local RW_CLAIM = 200 -- scripts.ClaimLease, as claim_ms in handover.lua
@@ -192,7 +193,7 @@ end
 -- of its queue: a writer, or a reader and the readers queued right behind
 -- it, each on the claim lease; dead entries and junk are dropped. Each is
 -- announced on its owner's channel, and the last of them to the entries
--- that are first and second in the queue then (announce, prelude.lua). It returns true when
+-- that are first and second in the queue then (announce.lua). It returns true when
 -- it handed k over.
 local function rw_hand_over(k, s)
   if not s.q then return false end

@@ -106,8 +106,7 @@ local QUEUED_MARK = '\%d'
 `, sharding.FenceSuffix, sharding.QueueSuffix, sharding.OutcomeSuffix, sharding.ChannelSuffix, sharding.ForcedSuffix, sharding.QueuedMark[0])
 
 // preludeSrc is the piece prelude.lua: names.lua, and is_mine, the one test
-// of whether a lock key's value is a token's, forced, put_record and
-// announce (a hand-over's messages). A script's fast
+// of whether a lock key's value is a token's, forced and put_record. A script's fast
 // path that needs only the names includes names.lua before it and
 // prelude.lua after it: the server makes a script's functions anew on
 // every call, and a fast path that returns first never pays for them.
@@ -136,6 +135,12 @@ local function put_record(rk, k, val, ms)
     redis.pcall('SET', rk, val, 'PX', ms)
   end
 end
+`
+
+// announceSrc is the piece announce.lua: how a hand-over is announced, for
+// handover.lua and rw.lua (scripts that hand nothing over do not make its
+// functions).
+var announceSrc = `-- #include names.lua
 -- announce tells the waiter with token tok that it holds lock key k, as
 -- "<sha1 of tok> <fence>" (tokens are not broadcast), on the hand-over
 -- channel of tok's owner, "<k>:released:<owner>" (sharding.HandoverChannel),
@@ -150,20 +155,21 @@ local function owner_channel(k, tok)
 end
 local function announce(k, tok, fence, nexts)
   local msg = redis.sha1hex(tok) .. ' ' .. string.format('%d', fence)
-  local sent = {[owner_channel(k, tok)] = true}
-  redis.pcall('SPUBLISH', owner_channel(k, tok), msg)
+  local ch = owner_channel(k, tok)
+  local sent = {[ch] = true}
+  redis.pcall('SPUBLISH', ch, msg)
   for _, nt in ipairs(nexts or {}) do
-    local ch = owner_channel(k, nt)
-    if not sent[ch] then
-      sent[ch] = true
-      redis.pcall('SPUBLISH', ch, msg)
+    local nch = owner_channel(k, nt)
+    if not sent[nch] then
+      sent[nch] = true
+      redis.pcall('SPUBLISH', nch, msg)
     end
   end
 end
 `
 
 // pieces are the shared pieces, by name.
-var pieces = map[string]*string{"handover.lua": &handoverSrc, "fence.lua": &fenceSrc, "names.lua": &namesSrc, "prelude.lua": &preludeSrc, "rw.lua": &rwSrc}
+var pieces = map[string]*string{"handover.lua": &handoverSrc, "fence.lua": &fenceSrc, "names.lua": &namesSrc, "prelude.lua": &preludeSrc, "rw.lua": &rwSrc, "announce.lua": &announceSrc}
 
 // include puts each shared piece in place of the line of src that includes
 // it (the rest of that line is a comment), and the pieces it includes in
