@@ -565,9 +565,7 @@ func (a *acquirer) sleep(d time.Duration, notAcquired error) error {
 	for {
 		wakeAt := lookAt
 		if a.fw != nil {
-			if at := m.queues.recheckAt(a.fw); !at.IsZero() && at.Before(wakeAt) {
-				wakeAt = at
-			}
+			wakeAt = m.queues.sleepUntil(a.fw, lookAt)
 		}
 		resetTimer(&a.timer, time.Until(wakeAt))
 		select {

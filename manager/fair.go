@@ -82,8 +82,10 @@ type fairWaiter struct {
 	transferred *transfer
 	ch          chan grantMsg
 	// rearm wakes the waiter's sleep to take a new expires into account
-	// (a hand-over announced to another waiter: look when its lease ends).
-	rearm chan struct{}
+	// (a hand-over announced to another waiter: look when its lease ends)
+	// when that comes before wakeAt, the time its sleep was set for.
+	rearm  chan struct{}
+	wakeAt time.Time
 }
 
 // grantMsg tells a fair waiter that it holds the lock (retry false), or that
@@ -116,6 +118,10 @@ const expiryLag = 2 * time.Millisecond
 func (lq *localQueues) recheckAt(w *fairWaiter) time.Time {
 	lq.mu.Lock()
 	defer lq.mu.Unlock()
+	return w.recheckAtLocked()
+}
+
+func (w *fairWaiter) recheckAtLocked() time.Time {
 	if w.expires.IsZero() {
 		return time.Time{}
 	}
@@ -124,6 +130,21 @@ func (lq *localQueues) recheckAt(w *fairWaiter) time.Time {
 		w.expires = time.Time{}
 	}
 	return at
+}
+
+// sleepUntil returns when w, whose own next look is at lookAt, is to wake:
+// then, or at recheckAt if that is earlier. It records that time, so that a
+// hand-over to another waiter announced while w sleeps wakes it (rearm) only
+// when the end of that lease comes first.
+func (lq *localQueues) sleepUntil(w *fairWaiter, lookAt time.Time) time.Time {
+	lq.mu.Lock()
+	defer lq.mu.Unlock()
+	wake := lookAt
+	if at := w.recheckAtLocked(); !at.IsZero() && at.Before(wake) {
+		wake = at
+	}
+	w.wakeAt = wake
+	return wake
 }
 
 func newFairWaiter(token string, ac *acquireConfig, deadline time.Time, mode rwMode) *fairWaiter {
@@ -470,10 +491,13 @@ func (lq *localQueues) announced(key, payload string) {
 		// Handed to another waiter, on its lease: if that waiter is dead,
 		// the key is free again when the lease ends. Look then, whenever
 		// the waiter's own re-check is due.
-		q.head.expires = time.Now().Add(scripts.ClaimLease)
-		select {
-		case q.head.rearm <- struct{}{}:
-		default: // already woken
+		w := q.head
+		w.expires = time.Now().Add(scripts.ClaimLease)
+		if w.expires.Add(expiryLag).Before(w.wakeAt) {
+			select {
+			case w.rearm <- struct{}{}:
+			default: // already woken
+			}
 		}
 		return
 	}
