@@ -129,6 +129,9 @@ func WithTTL(d time.Duration) Setting {
 
 // WithOwner sets the owner id written into every token (at most
 // MaxOwnerLen bytes of printable UTF-8). The default is "<hostname>:<pid>".
+// Give each process an id of its own: a release announces a hand-over on
+// the channels of the owners concerned (sharding.HandoverChannel), and the
+// processes that share an owner id all hear each other's.
 func WithOwner(id string) Option { return optionFunc(func(c *config) { c.owner = id }) }
 
 // WithLogger sets the logger. The default is zap.NewNop().
