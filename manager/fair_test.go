@@ -43,8 +43,9 @@ type acquired struct {
 // of the two waiters queued next (which look again when the claim lease
 // ends, should the new holder have died), each on its own hand-over
 // channel, and to nobody else: a release sends at most three messages
-// however many processes wait. The lock's own channel carries only "free", when the last
-// holder's release deletes the marked key with nobody left to hand it.
+// however many processes wait. The lock's own channel carries only "free",
+// when the last holder's release deletes the marked key with nobody left to
+// hand it.
 func TestRealHandOverReachesItsWaitersOnly(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, c redis.UniversalClient) {
 		ctx := ctxT(t)
@@ -146,8 +147,8 @@ func TestRealReadersHandOverReachesItsWaitersOnly(t *testing.T) {
 	})
 }
 
-// fanout makes n managers on c, owners "fanout-0" to
-// "fanout-<n-1>", queued waiters re-checking only every 5 s; listen
+// fanout makes n managers on c, owners "fanout-0" to "fanout-<n-1>",
+// their queued waiters re-checking only every 5 s; listen
 // subscribes the channels of the lock at key, its own and each manager's
 // hand-over channel, and returns heard, which asserts that the messages
 // on them are want, in order (each "<manager or lock>: <payload>"), and
