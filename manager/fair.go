@@ -521,9 +521,6 @@ func (lq *localQueues) lookNow(key string) {
 	}
 }
 
-// channelKey returns the lock key whose channel is ch.
-func channelKey(ch string) string { return strings.TrimSuffix(ch, sharding.ChannelSuffix) }
-
 // attemptQueued runs acquire_queue.lua for w: take the key if free, else
 // queue w's entry (or, on a re-check, make sure it is queued).
 func (m *Manager) attemptQueued(ctx context.Context, key string, w *fairWaiter, ac *acquireConfig) (status int, fence uint64, err error) {

@@ -149,7 +149,7 @@ func (n *notifier) keyOf(ch string) string {
 	if k, ok := strings.CutSuffix(ch, n.handoverSuffix); ok {
 		return k
 	}
-	return channelKey(ch)
+	return strings.TrimSuffix(ch, sharding.ChannelSuffix)
 }
 
 // watch keeps the channels of the lock at key subscribed (channels),
