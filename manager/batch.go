@@ -112,22 +112,39 @@ func (m *Manager) acquireBatch(ctx context.Context, resources []string, opts []A
 	if err != nil {
 		return nil, err
 	}
-	ac, _, err := m.acquireConfig(resources[0], opts)
+	ac, err := m.acquireOptions(opts)
 	if err != nil {
 		return nil, err
 	}
-	first := sharding.Slot(keys[0])
-	for _, k := range keys[1:] {
-		if sharding.Slot(k) != first {
-			slots := make(map[string]int, len(resources))
-			for i, r := range resources {
-				slots[r] = sharding.Slot(keys[i])
-			}
-			return nil, &CrossSlotError{Slots: slots}
+	if !oneSlot(keys) {
+		slots := make(map[string]int, len(resources))
+		for i, r := range resources {
+			slots[r] = sharding.Slot(keys[i])
 		}
+		return nil, &CrossSlotError{Slots: slots}
 	}
 	b := &batchInfo{resources: append([]string(nil), resources...), keys: keys}
 	return m.acquireMeasured(ctx, target{resource: resources[0], key: keys[0], batch: b}, &ac, wait)
+}
+
+// oneSlot reports whether keys share a cluster slot. Keys with the same
+// hash tag do (the usual batch, built with sharding.Group), which needs no
+// CRC; other tags are compared by slot.
+func oneSlot(keys []string) bool {
+	tag, _ := sharding.HashTag(keys[0])
+	slot := -1
+	for _, k := range keys[1:] {
+		if t, _ := sharding.HashTag(k); t == tag {
+			continue
+		}
+		if slot < 0 {
+			slot = sharding.Slot(keys[0])
+		}
+		if sharding.Slot(k) != slot {
+			return false
+		}
+	}
+	return true
 }
 
 // setKeys checks a set of resources for a batch or multi-slot lock (arg

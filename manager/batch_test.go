@@ -200,6 +200,47 @@ func TestRealBatch(t *testing.T) {
 	})
 }
 
+// sameSlotTag returns a tag other than tag whose slot is tag's.
+func sameSlotTag(t testing.TB, tag string) string {
+	t.Helper()
+	want := sharding.Slot("{" + tag + "}")
+	for i := range 1 << 20 {
+		other := fmt.Sprintf("%s-%d", tag, i)
+		if sharding.Slot("{"+other+"}") == want {
+			return other
+		}
+	}
+	t.Fatalf("no tag shares %q's slot", tag)
+	return ""
+}
+
+func TestRealBatchOfTagsInOneSlot(t *testing.T) {
+	c := testenv.Cluster(t)
+	m := newManager(t, c)
+	ctx := ctxT(t)
+	tag := testenv.Unique("tags")
+	other := sameSlotTag(t, tag)
+	// Different hash tags in one slot are one batch: Redis runs the script.
+	res := []string{"{" + tag + "}:a", "{" + other + "}:b", "{" + tag + "}:c"}
+	l, err := m.TryAcquireBatch(ctx, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A third tag in another slot is refused before any round trip.
+	far := tag + "-far"
+	for sharding.Slot("{"+far+"}") == sharding.Slot("{"+tag+"}") {
+		far += "x"
+	}
+	_, err = m.TryAcquireBatch(ctx, append(res, "{"+far+"}:d"))
+	var cse *manager.CrossSlotError
+	if !errors.As(err, &cse) || len(cse.Slots) != 4 {
+		t.Fatalf("a batch over two slots: %v", err)
+	}
+}
+
 func TestRealBatchReplicaAck(t *testing.T) {
 	c := testenv.Cluster(t)
 	m := newManager(t, c, manager.WithReplicaAck(1, time.Second, manager.ReplicaFail))

@@ -215,7 +215,7 @@ func (m *Manager) acquireMulti(ctx context.Context, resources []string, opts []A
 	}
 	groups := slotGroups(resources, keys)
 	// One deadline for the whole call: later groups get what is left.
-	ac, _, err := m.acquireConfig(groups[0].resources[0], opts)
+	ac, err := m.acquireOptions(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -327,7 +327,7 @@ func (m *Manager) tryGroups(ctx context.Context, groups []*batchInfo, opts []Acq
 	atts := make([]groupAttempt, len(groups))
 	calls := make([]scriptCall, len(groups))
 	for i, b := range groups {
-		ac, _, err := m.acquireConfig(b.resources[0], opts)
+		ac, err := m.acquireOptions(opts)
 		if err != nil {
 			return make([]*Lock, len(groups)), 0, err
 		}

@@ -385,13 +385,21 @@ func (m *Manager) lockKey(resource string) (string, error) {
 	return key, nil
 }
 
+// acquireConfig returns resource's lock key and acquireOptions(opts).
 func (m *Manager) acquireConfig(resource string, opts []AcquireOption) (acquireConfig, string, error) {
 	key, err := m.lockKey(resource)
 	if err != nil {
 		return acquireConfig{}, "", err
 	}
+	ac, err := m.acquireOptions(opts)
+	return ac, key, err
+}
+
+// acquireOptions returns the manager's acquire defaults with opts applied,
+// checked.
+func (m *Manager) acquireOptions(opts []AcquireOption) (acquireConfig, error) {
 	if len(opts) == 0 {
-		return m.defaultAC, key, nil // validated by New
+		return m.defaultAC, nil // validated by New
 	}
 	// Options apply to a heap copy (they are interfaces), so the common call
 	// without options allocates nothing here.
@@ -405,19 +413,19 @@ func (m *Manager) acquireConfig(resource string, opts []AcquireOption) (acquireC
 	}
 	ac := *p
 	if err := checkTTL(ac.ttl); err != nil {
-		return ac, "", err
+		return ac, err
 	}
 	if err := checkWait(ac.wait); err != nil {
-		return ac, "", err
+		return ac, err
 	}
 	if err := checkRetry(ac.retry); err != nil {
-		return ac, "", err
+		return ac, err
 	}
 	if ac.maxHold < 0 {
-		return ac, "", invalid("max hold", "%v is negative", ac.maxHold)
+		return ac, invalid("max hold", "%v is negative", ac.maxHold)
 	}
 	if err := checkRenew(ac.interval, ac.ttl); err != nil {
-		return ac, "", err
+		return ac, err
 	}
 	if ac.interval == 0 {
 		ac.interval = ac.ttl / 3
@@ -426,7 +434,7 @@ func (m *Manager) acquireConfig(resource string, opts []AcquireOption) (acquireC
 		ac.ttlMs = strconv.FormatInt(ac.ttl.Milliseconds(), 10)
 	}
 	if m.cfg.replicas > 0 && m.cfg.replicaTimeout >= ac.ttl {
-		return ac, "", invalid("ttl", "%v must exceed the replica ack timeout %v", ac.ttl, m.cfg.replicaTimeout)
+		return ac, invalid("ttl", "%v must exceed the replica ack timeout %v", ac.ttl, m.cfg.replicaTimeout)
 	}
-	return ac, key, nil
+	return ac, nil
 }
