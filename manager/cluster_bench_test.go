@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -24,8 +25,11 @@ import (
 // SET NX PX on each of the 10 keys (each key needs its own expiry, and
 // Redis 7.0 has no command that sets one on several keys), sent by the
 // same client, its keys deleted outside the timer; acquire/interleaved
-// alternates the two call by call and reports their medians' ratio. Every
-// call has its own deadline, and the client has ContextTimeoutEnabled.
+// rotates it, the same floor storing a value as long as a shardlock token
+// (floor-token: what the token's size costs the server), and the batch,
+// call by call, and reports their medians and the batch's ratios to both.
+// Every call has its own deadline, and the client has
+// ContextTimeoutEnabled.
 func BenchmarkBatch(b *testing.B) {
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.ClusterAddrs(b), ContextTimeoutEnabled: true})
 	b.Cleanup(func() { _ = c.Close() })
@@ -45,9 +49,21 @@ func BenchmarkBatch(b *testing.B) {
 		floorKeys[i], _ = sharding.LockKey("floor:", r)
 	}
 	floorScript := redis.NewScript(`for i = 1, #KEYS do redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2], 'NX') end return 1`)
-	floor := func(ctx context.Context) (func(context.Context) error, error) {
-		err := floorScript.Run(ctx, c, floorKeys, run, 30000).Err()
-		return func(ctx context.Context) error { return c.Del(ctx, floorKeys...).Err() }, err
+	floorWith := func(value string) func(ctx context.Context) (func(context.Context) error, error) {
+		return func(ctx context.Context) (func(context.Context) error, error) {
+			err := floorScript.Run(ctx, c, floorKeys, value, 30000).Err()
+			return func(ctx context.Context) error { return c.Del(ctx, floorKeys...).Err() }, err
+		}
+	}
+	floor := floorWith(run)
+	// A value as long as the batch's token (the same owner, so the same length).
+	l, err := m.TryAcquire(context.Background(), run)
+	if err != nil {
+		b.Fatal(err)
+	}
+	tokenLong := strings.Repeat("t", len(l.Token()))
+	if err := l.Release(context.Background()); err != nil {
+		b.Fatal(err)
 	}
 	type impl struct {
 		name    string
@@ -60,7 +76,7 @@ func BenchmarkBatch(b *testing.B) {
 		return f(ctx)
 	}
 	// The acquire of the batch and of the floor, alternating call by call.
-	b.Run("acquire/interleaved", func(b *testing.B) { benchInterleaved(b, floor, batch) })
+	b.Run("acquire/interleaved", func(b *testing.B) { benchInterleaved(b, floor, floorWith(tokenLong), batch) })
 	for _, mode := range []struct {
 		name  string
 		impls []impl
@@ -113,26 +129,29 @@ func acquireTimed(b *testing.B, acquire func(context.Context) (func(context.Cont
 	return took
 }
 
-// benchInterleaved alternates the floor's acquire and the batch's, call by
-// call, so that both meet the same moments of a noisy machine, and reports
-// the median of each and their ratio.
-func benchInterleaved(b *testing.B, floor, batch func(context.Context) (func(context.Context) error, error)) {
-	var floors, batches []time.Duration
+// benchInterleaved rotates the floor's acquire, the token-sized floor's and
+// the batch's, call by call (each order in turn), so that all three meet
+// the same moments of a noisy machine, and reports the median of each and
+// the batch's ratios to the two floors.
+func benchInterleaved(b *testing.B, floor, floorToken, batch func(context.Context) (func(context.Context) error, error)) {
+	impls := []func(context.Context) (func(context.Context) error, error){floor, floorToken, batch}
+	took := make([][]time.Duration, len(impls))
 	for i := 0; b.Loop(); i++ {
-		if i%2 == 0 {
-			floors = append(floors, acquireTimed(b, floor))
-			batches = append(batches, acquireTimed(b, batch))
-		} else {
-			batches = append(batches, acquireTimed(b, batch))
-			floors = append(floors, acquireTimed(b, floor))
+		for j := range impls {
+			k := (i + j) % len(impls)
+			took[k] = append(took[k], acquireTimed(b, impls[k]))
 		}
 	}
-	slices.Sort(floors)
-	slices.Sort(batches)
-	f, bt := floors[len(floors)/2], batches[len(batches)/2]
-	b.ReportMetric(float64(f.Nanoseconds())/1000, "floor-p50-us")
-	b.ReportMetric(float64(bt.Nanoseconds())/1000, "batch10-p50-us")
-	b.ReportMetric(float64(bt)/float64(f), "batch10/floor")
+	med := make([]time.Duration, len(impls))
+	for k, t := range took {
+		slices.Sort(t)
+		med[k] = t[len(t)/2]
+	}
+	b.ReportMetric(float64(med[0].Nanoseconds())/1000, "floor-p50-us")
+	b.ReportMetric(float64(med[1].Nanoseconds())/1000, "floor-token-p50-us")
+	b.ReportMetric(float64(med[2].Nanoseconds())/1000, "batch10-p50-us")
+	b.ReportMetric(float64(med[2])/float64(med[0]), "batch10/floor")
+	b.ReportMetric(float64(med[2])/float64(med[1]), "batch10/floor-token")
 }
 
 // BenchmarkHotResource: 16 goroutines over 4 managers lock one hot
