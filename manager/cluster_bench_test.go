@@ -75,7 +75,7 @@ func BenchmarkBatch(b *testing.B) {
 		defer cancel()
 		return f(ctx)
 	}
-	// The acquire of the batch and of the floor, alternating call by call.
+	// The acquires of the two floors and of the batch, call by call.
 	b.Run("acquire/interleaved", func(b *testing.B) { benchInterleaved(b, floor, floorWith(tokenLong), batch) })
 	for _, mode := range []struct {
 		name  string
@@ -130,7 +130,7 @@ func acquireTimed(b *testing.B, acquire func(context.Context) (func(context.Cont
 }
 
 // benchInterleaved rotates the floor's acquire, the token-sized floor's and
-// the batch's, call by call (each order in turn), so that all three meet
+// the batch's, call by call (each one first in turn), so that all three meet
 // the same moments of a noisy machine, and reports the median of each and
 // the batch's ratios to the two floors.
 func benchInterleaved(b *testing.B, floor, floorToken, batch func(context.Context) (func(context.Context) error, error)) {
