@@ -324,13 +324,14 @@ func (m *Manager) tryGroups(ctx context.Context, groups []*batchInfo, opts []Acq
 		return make([]*Lock, len(groups)), 0, ErrClosed
 	}
 	start := time.Now()
+	base, err := m.acquireOptions(opts)
+	if err != nil {
+		return make([]*Lock, len(groups)), 0, err
+	}
 	atts := make([]groupAttempt, len(groups))
 	calls := make([]scriptCall, len(groups))
 	for i, b := range groups {
-		ac, err := m.acquireOptions(opts)
-		if err != nil {
-			return make([]*Lock, len(groups)), 0, err
-		}
+		ac := base // each group its own metrics class
 		m.resolveClass(&ac, b.resources[0])
 		atts[i] = groupAttempt{b: b, ac: ac, token: newToken(m.cfg.owner, start)}
 		keys, fencing := batchScriptKeys(b, ac.fencing)
