@@ -146,6 +146,10 @@ const (
 	// three quarters of the batch's size have queued again, so that the
 	// next batch carries them rather than the first one alone.
 	maxYields = 4
+	// keptLanes bounds the idle lanes kept for their servers' next
+	// commands (a cluster's masters; a server that left the cluster keeps
+	// its lane only while the map has room).
+	keptLanes = 64
 	// maxResends bounds how often a command is sent again after replies
 	// that say it did not run; resendPause is the first pause after a
 	// "not now", doubled each time up to resendPauseMax.
@@ -227,7 +231,7 @@ func (co *coalescer) Process(ctx context.Context, cmd redis.Cmder) error {
 			co.flushers++
 			co.wg.Go(func() { co.flusher(l) })
 		} else if l.flushers == 0 {
-			delete(co.lanes, node)
+			co.idle(l)
 		}
 		co.mu.Unlock()
 		return err
@@ -268,6 +272,17 @@ func (co *coalescer) another(l *lane) bool {
 		len(l.queue) >= max(moreFlushersAt, l.sent))
 }
 
+// idle settles lane l, whose last flusher has ended with nothing queued:
+// the lane stays in the map for the next command to its server (no new lane
+// for each lone caller) while the map holds at most keptLanes lanes, and
+// starts its next burst as a new lane would.
+func (co *coalescer) idle(l *lane) {
+	l.sent = 0
+	if len(co.lanes) > keptLanes {
+		delete(co.lanes, l.node)
+	}
+}
+
 // cmdKey returns the first key of cmd, one of the lock calls' commands:
 // a script's first key, or the key of a single-key command.
 func cmdKey(cmd redis.Cmder) string {
@@ -290,7 +305,7 @@ func cmdKey(cmd redis.Cmder) string {
 }
 
 // flusher sends l's queue, a batch at a time, until it is empty; then it
-// removes l, and the next command for its server starts a new one.
+// ends, and the next command for its server starts a new one (see idle).
 func (co *coalescer) flusher(l *lane) {
 	last, yields := 0, 0 // the size of the batch this flusher sent last; yields since
 	inFlight := false    // counted in l.sending
@@ -313,7 +328,7 @@ func (co *coalescer) flusher(l *lane) {
 		if len(l.queue) == 0 {
 			co.flushers--
 			if l.flushers--; l.flushers == 0 {
-				delete(co.lanes, l.node)
+				co.idle(l)
 			}
 			co.mu.Unlock()
 			return

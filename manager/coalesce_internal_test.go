@@ -242,6 +242,54 @@ func TestCoalescerNoFlusherBesideOneBetweenBatches(t *testing.T) {
 	}
 }
 
+// A lone caller's lane stays for the next command to its server (no lane
+// made and dropped per call), reset as a new one; idle lanes are bounded.
+func TestCoalescerKeepsIdleLanes(t *testing.T) {
+	mr := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	co := testCoalescer(c)
+	t.Cleanup(func() { co.close(context.Background()) })
+	set := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := co.Process(ctx, redis.NewStatusCmd(ctx, "set", "k", "v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set()
+	co.mu.Lock()
+	first := co.lanes[c]
+	co.mu.Unlock()
+	if first == nil {
+		t.Fatal("no lane kept after a lone command")
+	}
+	set()
+	co.mu.Lock()
+	again, flushers := co.lanes[c], first.flushers
+	co.mu.Unlock()
+	if again != first || flushers != 0 {
+		t.Fatalf("second command: lane %p (first %p), %d flushers; want the first lane, idle", again, first, flushers)
+	}
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	first.sent = 100
+	co.idle(first)
+	if first.sent != 0 {
+		t.Fatalf("an idle lane keeps its last batch size %d", first.sent)
+	}
+	for range keptLanes + 8 {
+		n := redis.NewClient(&redis.Options{Addr: mr.Addr()}) // never dialled
+		t.Cleanup(func() { _ = n.Close() })
+		l := &lane{node: n}
+		co.lanes[n] = l
+		co.idle(l)
+	}
+	if len(co.lanes) != keptLanes {
+		t.Fatalf("%d idle lanes kept, want at most %d", len(co.lanes), keptLanes)
+	}
+}
+
 func TestCoalescerClosed(t *testing.T) {
 	co, _ := newHeldCoalescer(t)
 	co.close(context.Background())
