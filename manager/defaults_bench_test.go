@@ -35,7 +35,8 @@ var benchTargets = []struct {
 // on one client) and the same floor through go-redis's AutoPipeline(), on
 // one client and on four (the floor of a fleet of four processes), on
 // the real standalone server and cluster, from 1, 16, 64 and 256
-// goroutines. Each reports ops/s and the p99 of its acquire step.
+// goroutines. Each reports ops/s, the p99 of its acquire step, and the CPU
+// time per acquire+release of the benchmark process and of the servers.
 func BenchmarkDefaults(b *testing.B) {
 	for _, target := range benchTargets {
 		b.Run(target.name, func(b *testing.B) {
@@ -60,6 +61,7 @@ func BenchmarkDefaults(b *testing.B) {
 			for i, c := range clients {
 				managers[i] = newManager(b, c)
 			}
+			servers := benchkit.ServersOf(b, clients[0])
 			impls := []struct {
 				name string
 				op   benchkit.Op
@@ -74,7 +76,7 @@ func BenchmarkDefaults(b *testing.B) {
 				for _, impl := range impls {
 					b.Run(fmt.Sprintf("g=%d/%s", g, impl.name), func(b *testing.B) {
 						b.ReportAllocs()
-						benchkit.Run(b, g, testenv.Unique("def"), impl.op)
+						benchkit.Run(b, servers, g, testenv.Unique("def"), impl.op)
 					})
 				}
 			}

@@ -22,8 +22,8 @@ import (
 //   - own: each goroutine takes a resource of its own (the read-write
 //     lock's script against the exclusive lock's SET NX).
 //
-// Each reports ops/s (acquire, hold, release) and the p99 of the acquire
-// step.
+// Each reports ops/s (acquire, hold, release), the p99 of the acquire step,
+// and the CPU time per operation of the benchmark process and the servers.
 func BenchmarkReadWrite(b *testing.B) {
 	for _, target := range benchTargets {
 		b.Run(target.name, func(b *testing.B) {
@@ -33,6 +33,9 @@ func BenchmarkReadWrite(b *testing.B) {
 				b.Cleanup(func() { _ = c.Close() })
 				managers[i] = newManager(b, c, manager.WithOwner(fmt.Sprintf("bench-%d", i)))
 			}
+			c := target.client(b)
+			b.Cleanup(func() { _ = c.Close() })
+			servers := benchkit.ServersOf(b, c)
 			for _, shape := range []struct {
 				name   string
 				shared bool
@@ -42,7 +45,7 @@ func BenchmarkReadWrite(b *testing.B) {
 					for _, n := range []int{1, 4} {
 						for _, kind := range []string{"exclusive", "read"} {
 							b.Run(fmt.Sprintf("%s/g=%d/managers=%d/%s", shape.name, g, n, kind), func(b *testing.B) {
-								benchkit.Run(b, g, testenv.Unique("rwb"), rwOp(managers[:n], kind == "read", shape.shared, shape.hold))
+								benchkit.Run(b, servers, g, testenv.Unique("rwb"), rwOp(managers[:n], kind == "read", shape.shared, shape.hold))
 							})
 						}
 					}

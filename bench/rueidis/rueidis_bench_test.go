@@ -28,7 +28,8 @@ var compareAndDelete = rueidis.NewLuaScript(`if redis.call('GET', KEYS[1]) == AR
 // client, beside shardlock with its defaults on a go-redis client with
 // ContextTimeoutEnabled, every call under its own context.WithTimeout, on
 // the standalone server and the cluster, from 1, 16, 64 and 256
-// goroutines. Each reports ops/s and the p99 of its acquire step.
+// goroutines. Each reports ops/s, the p99 of its acquire step, and the CPU
+// time per acquire+release of the benchmark process and of the servers.
 func BenchmarkRueidisFloor(b *testing.B) {
 	targets := []struct {
 		name  string
@@ -51,6 +52,7 @@ func BenchmarkRueidisFloor(b *testing.B) {
 			b.Cleanup(rc.Close)
 			gc := target.gored()
 			b.Cleanup(func() { _ = gc.Close() })
+			servers := benchkit.ServersOf(b, gc)
 			m, err := manager.New(context.Background(), gc)
 			if err != nil {
 				b.Fatal(err)
@@ -71,7 +73,7 @@ func BenchmarkRueidisFloor(b *testing.B) {
 				for _, impl := range impls {
 					b.Run(fmt.Sprintf("g=%d/%s", g, impl.name), func(b *testing.B) {
 						b.ReportAllocs()
-						benchkit.Run(b, g, fmt.Sprintf("rue-%d", time.Now().UnixNano()), impl.op)
+						benchkit.Run(b, servers, g, fmt.Sprintf("rue-%d", time.Now().UnixNano()), impl.op)
 					})
 				}
 			}

@@ -23,9 +23,12 @@ const CallTimeout = time.Second
 // returns how long its acquire step took.
 type Op func(w int, run string) (time.Duration, error)
 
-// Run runs op b.N times in all from g goroutines and reports ops/s and the
-// p99 of the acquire step (p99-acquire-us).
-func Run(b *testing.B, g int, run string, op Op) {
+// Run runs op b.N times in all from g goroutines and reports ops/s, the
+// p99 of the acquire step (p99-acquire-us), and the CPU time per operation
+// of this process (client-cpu-us/op: the benchmark and everything it
+// runs, background goroutines included) and of servers
+// (server-cpu-us/op), where the system reports them.
+func Run(b *testing.B, servers Servers, g int, run string, op Op) {
 	var (
 		next atomic.Int64
 		wg   sync.WaitGroup
@@ -33,6 +36,7 @@ func Run(b *testing.B, g int, run string, op Op) {
 		mu   sync.Mutex
 		lat  = make([]time.Duration, 0, b.N)
 	)
+	self0, srv0, cpuOK := cpuTimes(servers)
 	b.ResetTimer()
 	for w := range g {
 		wg.Go(func() {
@@ -54,10 +58,17 @@ func Run(b *testing.B, g int, run string, op Op) {
 	}
 	wg.Wait()
 	b.StopTimer()
+	self1, srv1, cpuOK1 := cpuTimes(servers)
 	if err, _ := fail.Load().(error); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+	if cpuOK && cpuOK1 {
+		b.ReportMetric(float64((self1-self0).Nanoseconds())/1e3/float64(b.N), "client-cpu-us/op")
+		if len(servers) > 0 {
+			b.ReportMetric(float64((srv1-srv0).Nanoseconds())/1e3/float64(b.N), "server-cpu-us/op")
+		}
+	}
 	if len(lat) > 0 {
 		slices.Sort(lat)
 		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-acquire-us")

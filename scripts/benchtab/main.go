@@ -6,8 +6,9 @@
 //
 // A benchmark name's last element is the implementation (floor,
 // floor-autopipeline, shardlock, ...); rows group the names that share the
-// rest. Each row shows every implementation's median ops/s, ns/op, B/op
-// and allocs/op, and the ratio of shardlock's ops/s to each floor (of its
+// rest. Each row shows every implementation's median ops/s, ns/op, B/op,
+// allocs/op and CPU time per operation (client and servers, "-" where the
+// benchmark reports none), and the ratio of shardlock's ops/s to each floor (of its
 // ns/op, for benchmarks that report no ops/s). A group without that
 // implementation (a benchmark that compares within itself, reporting its
 // own ratio) gets the median of every metric it reports.
@@ -103,8 +104,8 @@ func run(in io.Reader, out io.Writer, impl string) error {
 			unit = "ns/op"
 		}
 		fmt.Fprintf(out, "\n%s (median of %d runs)\n\n", strings.TrimPrefix(r.group, "Benchmark"), len(samples[r.group+"/"+r.impls[0]]))
-		fmt.Fprintln(out, "| implementation | ops/s | ns/op | B/op | allocs/op | "+impl+" ÷ this ("+unit+") |")
-		fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|")
+		fmt.Fprintln(out, "| implementation | ops/s | ns/op | B/op | allocs/op | client CPU µs/op | server CPU µs/op | "+impl+" ÷ this ("+unit+") |")
+		fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|")
 		mine := median(r.group+"/"+impl, unit)
 		for _, im := range r.impls {
 			n := r.group + "/" + im
@@ -113,10 +114,27 @@ func run(in io.Reader, out io.Writer, impl string) error {
 			if im != impl && v > 0 && mine > 0 {
 				ratio = fmt.Sprintf("%.2fx", mine/v)
 			}
-			fmt.Fprintf(out, "| %s | %.0f | %.0f | %.0f | %.0f | %s |\n", im, median(n, "ops/s"), median(n, "ns/op"), median(n, "B/op"), median(n, "allocs/op"), ratio)
+			cpu := func(unit string) string {
+				if !reports(samples[n], unit) {
+					return "-"
+				}
+				return fmt.Sprintf("%.2f", median(n, unit))
+			}
+			fmt.Fprintf(out, "| %s | %.0f | %.0f | %.0f | %.0f | %s | %s | %s |\n", im, median(n, "ops/s"), median(n, "ns/op"), median(n, "B/op"), median(n, "allocs/op"),
+				cpu("client-cpu-us/op"), cpu("server-cpu-us/op"), ratio)
 		}
 	}
 	return nil
+}
+
+// reports reports whether any of ss has a value in unit.
+func reports(ss []sample, unit string) bool {
+	for _, s := range ss {
+		if _, ok := s.metrics[unit]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // printMedians prints the median of every metric the benchmarks group/name
