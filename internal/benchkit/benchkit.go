@@ -27,7 +27,8 @@ type Op func(w int, run string) (time.Duration, error)
 // p99 of the acquire step (p99-acquire-us), and the CPU time per operation
 // of this process (client-cpu-us/op: the benchmark and everything it
 // runs, background goroutines included) and of servers
-// (server-cpu-us/op), where the system reports them.
+// (server-cpu-us/op), and the servers' read system calls per operation
+// (server-reads/op), where the system reports them.
 func Run(b *testing.B, servers Servers, g int, run string, op Op) {
 	var (
 		next atomic.Int64
@@ -36,7 +37,7 @@ func Run(b *testing.B, servers Servers, g int, run string, op Op) {
 		mu   sync.Mutex
 		lat  = make([]time.Duration, 0, b.N)
 	)
-	self0, srv0, cpuOK := cpuTimes(servers)
+	u0 := usageOf(servers)
 	b.ResetTimer()
 	for w := range g {
 		wg.Go(func() {
@@ -58,17 +59,12 @@ func Run(b *testing.B, servers Servers, g int, run string, op Op) {
 	}
 	wg.Wait()
 	b.StopTimer()
-	self1, srv1, cpuOK1 := cpuTimes(servers)
+	u := usageOf(servers)
 	if err, _ := fail.Load().(error); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
-	if cpuOK && cpuOK1 {
-		b.ReportMetric(float64((self1-self0).Nanoseconds())/1e3/float64(b.N), "client-cpu-us/op")
-		if len(servers) > 0 {
-			b.ReportMetric(float64((srv1-srv0).Nanoseconds())/1e3/float64(b.N), "server-cpu-us/op")
-		}
-	}
+	u.report(b, u0, servers, b.N)
 	if len(lat) > 0 {
 		slices.Sort(lat)
 		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-acquire-us")

@@ -12,10 +12,12 @@ import (
 )
 
 // Servers are the Redis server processes on this machine whose CPU time a
-// run reports (server-cpu-us/op). Where the servers and the benchmark
-// share the machine's cores and keep them busy, a rate follows the CPU
-// time an operation costs in all; the two figures say which side of the
-// connection that time is spent on. Nil reports none.
+// run reports (server-cpu-us/op), and their read system calls
+// (server-reads/op: how many commands a server gets per read, so how big
+// the clients' pipelines are). Where the servers and the benchmark share
+// the machine's cores and keep them busy, a rate follows the CPU time an
+// operation costs in all; the CPU figures say which side of the connection
+// that time is spent on. Nil reports none.
 type Servers []int
 
 // ServersOf returns the processes of every server c talks to (a cluster's
@@ -62,20 +64,39 @@ func ServersOf(b *testing.B, c redis.UniversalClient) Servers {
 	return pids
 }
 
-// cpuTimes returns the CPU time (user and system) used so far by this
-// process and by servers; ok is false where it cannot be read (then
-// nothing is reported).
-func cpuTimes(servers Servers) (self, srv time.Duration, ok bool) {
-	self, ok = selfCPU()
-	if !ok {
-		return 0, 0, false
-	}
+// usage is what a run reads of the CPU time (user and system) used so far
+// by this process and by the servers, and of the servers' read system
+// calls; a figure that cannot be read here is not reported.
+type usage struct {
+	self, srv     time.Duration
+	reads         int64
+	cpuOK, readOK bool
+}
+
+func usageOf(servers Servers) usage {
+	var u usage
+	u.self, u.cpuOK = selfCPU()
+	u.readOK = len(servers) > 0
 	for _, pid := range servers {
 		t, ok := processCPU(pid)
-		if !ok {
-			return 0, 0, false
-		}
-		srv += t
+		u.srv += t
+		u.cpuOK = u.cpuOK && ok
+		n, ok := processReads(pid)
+		u.reads += n
+		u.readOK = u.readOK && ok
 	}
-	return self, srv, true
+	return u
+}
+
+// report reports the figures of a run of n operations from u0 to u.
+func (u usage) report(b *testing.B, u0 usage, servers Servers, n int) {
+	if u0.cpuOK && u.cpuOK {
+		b.ReportMetric(float64((u.self-u0.self).Nanoseconds())/1e3/float64(n), "client-cpu-us/op")
+		if len(servers) > 0 {
+			b.ReportMetric(float64((u.srv-u0.srv).Nanoseconds())/1e3/float64(n), "server-cpu-us/op")
+		}
+	}
+	if u0.readOK && u.readOK {
+		b.ReportMetric(float64(u.reads-u0.reads)/float64(n), "server-reads/op")
+	}
 }

@@ -49,3 +49,25 @@ func statCPU(s string) (time.Duration, bool) {
 	}
 	return time.Duration(u+k) * clockTick, true
 }
+
+// processReads returns how many read system calls process pid has made, from
+// the syscr line of /proc/<pid>/io (readable for processes of the same
+// user).
+func processReads(pid int) (int64, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/io")
+	if err != nil {
+		return 0, false
+	}
+	return ioReads(string(b))
+}
+
+// ioReads reads the syscr figure from s, the text of a /proc/<pid>/io.
+func ioReads(s string) (int64, bool) {
+	for line := range strings.Lines(s) {
+		if v, ok := strings.CutPrefix(line, "syscr:"); ok {
+			n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
+}

@@ -24,3 +24,23 @@ func TestStatCPU(t *testing.T) {
 		t.Fatal("getrusage failed")
 	}
 }
+
+func TestIOReads(t *testing.T) {
+	io := "rchar: 9134\nwchar: 512\nsyscr: 77\nsyscw: 12\nread_bytes: 0\n"
+	if n, ok := ioReads(io); !ok || n != 77 {
+		t.Fatalf("ioReads = %d, %v; want 77", n, ok)
+	}
+	if _, ok := ioReads("rchar: 1\n"); ok {
+		t.Fatal("a syscr figure read from text without one")
+	}
+	before, ok := processReads(os.Getpid())
+	if !ok {
+		t.Fatal("this process's /proc io could not be read")
+	}
+	if _, err := os.ReadFile("/proc/self/stat"); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := processReads(os.Getpid()); after <= before {
+		t.Fatalf("syscr %d after a file read, %d before", after, before)
+	}
+}

@@ -4,6 +4,7 @@ package benchkit
 
 import "time"
 
-// selfCPU and processCPU are only read on Linux.
+// selfCPU, processCPU and processReads are only read on Linux.
 func selfCPU() (time.Duration, bool)           { return 0, false }
 func processCPU(pid int) (time.Duration, bool) { return 0, false }
+func processReads(pid int) (int64, bool)       { return 0, false }

@@ -7,8 +7,9 @@
 // A benchmark name's last element is the implementation (floor,
 // floor-autopipeline, shardlock, ...); rows group the names that share the
 // rest. Each row shows every implementation's median ops/s, ns/op, B/op,
-// allocs/op and CPU time per operation (client and servers, "-" where the
-// benchmark reports none), and the ratio of shardlock's ops/s to each floor (of its
+// allocs/op, CPU time per operation (client and servers) and the servers'
+// read system calls per operation ("-" where the benchmark reports none),
+// and the ratio of shardlock's ops/s to each floor (of its
 // ns/op, for benchmarks that report no ops/s). A group without that
 // implementation (a benchmark that compares within itself, reporting its
 // own ratio) gets the median of every metric it reports.
@@ -104,8 +105,8 @@ func run(in io.Reader, out io.Writer, impl string) error {
 			unit = "ns/op"
 		}
 		fmt.Fprintf(out, "\n%s (median of %d runs)\n\n", strings.TrimPrefix(r.group, "Benchmark"), len(samples[r.group+"/"+r.impls[0]]))
-		fmt.Fprintln(out, "| implementation | ops/s | ns/op | B/op | allocs/op | client CPU µs/op | server CPU µs/op | "+impl+" ÷ this ("+unit+") |")
-		fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|")
+		fmt.Fprintln(out, "| implementation | ops/s | ns/op | B/op | allocs/op | client CPU µs/op | server CPU µs/op | server reads/op | "+impl+" ÷ this ("+unit+") |")
+		fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 		mine := median(r.group+"/"+impl, unit)
 		for _, im := range r.impls {
 			n := r.group + "/" + im
@@ -114,14 +115,14 @@ func run(in io.Reader, out io.Writer, impl string) error {
 			if im != impl && v > 0 && mine > 0 {
 				ratio = fmt.Sprintf("%.2fx", mine/v)
 			}
-			cpu := func(unit string) string {
+			opt := func(unit, format string) string {
 				if !reports(samples[n], unit) {
 					return "-"
 				}
-				return fmt.Sprintf("%.2f", median(n, unit))
+				return fmt.Sprintf(format, median(n, unit))
 			}
-			fmt.Fprintf(out, "| %s | %.0f | %.0f | %.0f | %.0f | %s | %s | %s |\n", im, median(n, "ops/s"), median(n, "ns/op"), median(n, "B/op"), median(n, "allocs/op"),
-				cpu("client-cpu-us/op"), cpu("server-cpu-us/op"), ratio)
+			fmt.Fprintf(out, "| %s | %.0f | %.0f | %.0f | %.0f | %s | %s | %s | %s |\n", im, median(n, "ops/s"), median(n, "ns/op"), median(n, "B/op"), median(n, "allocs/op"),
+				opt("client-cpu-us/op", "%.2f"), opt("server-cpu-us/op", "%.2f"), opt("server-reads/op", "%.3f"), ratio)
 		}
 	}
 	return nil
