@@ -70,6 +70,19 @@ type workload struct {
 	// defaults: the managers use the library's defaults (no fencing, the
 	// default retry strategy), with the workload's TTL.
 	defaults bool
+	start    chan struct{} // see started
+}
+
+// started returns a channel that run closes once it has made every manager
+// (or failed to make one): a fault injected after it meets them all made,
+// rather than a manager's startup check.
+func (w *workload) started() chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.start == nil {
+		w.start = make(chan struct{})
+	}
+	return w.start
 }
 
 // replyHook counts the error replies a node client meets (before the
@@ -129,7 +142,7 @@ func (w *workload) run(t *testing.T, ctx context.Context, addrs, resources []str
 	w.goroutines = managers * workers
 	var wg sync.WaitGroup
 	// Every manager is made before any goroutine runs, so a fault that
-	// waits for the workload to run meets all of them made.
+	// waits for started meets all of them made.
 	ms := make([]*manager.Manager, managers)
 	for i := range managers {
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
@@ -153,6 +166,7 @@ func (w *workload) run(t *testing.T, ctx context.Context, addrs, resources []str
 			_ = c.Close()
 		}()
 	}
+	close(w.started())
 	for _, m := range ms {
 		if m == nil {
 			break
@@ -527,6 +541,7 @@ func TestFaults(t *testing.T) {
 		defer cancel()
 		var w workload
 		go func() {
+			<-w.started() // then the workload runs a second before the fault
 			time.Sleep(time.Second)
 			_ = admin.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return n.ScriptFlush(ctx).Err() })
 		}()
@@ -547,6 +562,7 @@ func TestFaults(t *testing.T) {
 		var w workload
 		failedOver := make(chan error, 1)
 		go func() {
+			<-w.started() // then the workload runs a second before the fault
 			time.Sleep(time.Second)
 			r := node(replica)
 			defer r.Close()
@@ -650,6 +666,7 @@ func TestFaults(t *testing.T) {
 		var w workload
 		resumed := make(chan error, 1)
 		go func() {
+			<-w.started() // then the workload runs a second before the fault
 			time.Sleep(time.Second)
 			if err := exec.Command("kill", "-STOP", pid).Run(); err != nil {
 				resumed <- err
@@ -724,6 +741,7 @@ func TestFaults(t *testing.T) {
 		reloaded := make(chan error, 1)
 		var took time.Duration
 		go func() {
+			<-w.started() // then the workload runs a second before the fault
 			time.Sleep(time.Second)
 			t0 := time.Now()
 			err := n.Do(ctx, "debug", "reload").Err()
