@@ -46,12 +46,15 @@ type Manager struct {
 // Sentinel failover with redis.NewFailoverClient) or a *redis.ClusterClient;
 // it rejects any other kind. Unless WithStartupCheck(false) is given it
 // checks that every master runs Redis 7.0 or later and loads the Lua
-// scripts on each, by ctx's deadline (DefaultStartup when ctx has none).
+// scripts on each, by ctx's deadline (DefaultStartup when ctx has none). A
+// server that is loading its data (LOADING) or a cluster that is down or
+// failing over (CLUSTERDOWN, TRYAGAIN, MASTERDOWN, READONLY) is waited out
+// until then.
 //
 // It returns an *InvalidArgumentError for a nil client or context, another
 // kind of client or contradicting options, a *ServerVersionError for a
-// server that is too old, and the Redis error (or ctx's) when the servers
-// cannot be reached in time.
+// server that is too old, and the Redis error (or ctx's, or both) when the
+// servers cannot be reached, or do not get ready, in time.
 func New(ctx context.Context, client redis.UniversalClient, opts ...Option) (*Manager, error) {
 	if ctx == nil {
 		return nil, invalid("context", "nil")

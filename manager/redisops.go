@@ -182,11 +182,39 @@ func runBatch(ctx context.Context, c redis.UniversalClient, calls []scriptCall) 
 }
 
 // startupCheck checks that every master is new enough and preloads the
-// scripts on every master.
+// scripts on every master. A reply that says "not now" (a server loading
+// its data, a cluster that is down or failing over: see isNotNow) makes it
+// look again after a pause, doubled each time up to startupPauseMax,
+// until ctx ends; then it returns that reply with ctx's error.
 func (m *Manager) startupCheck(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err // nothing sent
 	}
+	pause := startupPause
+	for {
+		err := m.startupCheckOnce(ctx)
+		if err == nil || !isNotNow(err) {
+			return err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return errors.Join(err, ctx.Err())
+		}
+		pause = min(2*pause, startupPauseMax)
+	}
+}
+
+// The startup check's pauses after a "not now" reply.
+const (
+	startupPause    = 20 * time.Millisecond
+	startupPauseMax = 500 * time.Millisecond
+)
+
+// startupCheckOnce makes the startup check's commands once.
+func (m *Manager) startupCheckOnce(ctx context.Context) error {
 	check := func(ctx context.Context, c *redis.Client) error {
 		info, err := c.Info(ctx, "server").Result()
 		if isReply(err) {

@@ -738,7 +738,7 @@ func TestFaults(t *testing.T) {
 		run, cancel := context.WithTimeout(ctx, 4*time.Second)
 		defer cancel()
 		var w workload
-		reloaded := make(chan error, 1)
+		reloaded, made := make(chan error, 1), make(chan error, 1)
 		var took time.Duration
 		go func() {
 			<-w.started() // then the workload runs a second before the fault
@@ -748,11 +748,39 @@ func TestFaults(t *testing.T) {
 			took = time.Since(t0)
 			reloaded <- err
 		}()
+		go func() {
+			// A manager made while the master loads: New waits it out.
+			// Once the master answers LOADING (no signal: poll, bounded).
+			probe := redis.NewClient(&redis.Options{Addr: master, MaxRetries: -1})
+			defer probe.Close()
+			for i := 0; ; i++ {
+				if err := probe.Get(ctx, "{"+tag+"}:probe").Err(); err != nil && strings.HasPrefix(err.Error(), "LOADING") {
+					break
+				}
+				if i == 20000 {
+					made <- errors.New("the master never answered LOADING")
+					return
+				}
+				time.Sleep(100 * time.Microsecond)
+			}
+			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, MaxRetries: -1})
+			defer c.Close()
+			nctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			m, err := manager.New(nctx, c)
+			if err == nil {
+				err = m.Close(nctx)
+			}
+			made <- err
+		}()
 		w.run(t, run, addrs, res, 4, 4)
 		if err := <-reloaded; err != nil {
 			t.Fatalf("DEBUG RELOAD: %v", err)
 		}
 		t.Logf("DEBUG RELOAD took %v", took)
+		if err := <-made; err != nil {
+			t.Errorf("a manager made while the master loads: %v", err)
+		}
 		w.check(t, outageLoss)
 		if w.saw("LOADING") == 0 {
 			t.Error("no LOADING met")
