@@ -98,8 +98,13 @@ func isTransient(err error) bool {
 // error it asks a cluster client to reload its slot map, so a failover is
 // followed without waiting for a redirect.
 func (m *Manager) retryTransient(ctx context.Context, deadline time.Time, op func(context.Context) error) error {
+	return m.retryWhile(ctx, deadline, isTransient, op)
+}
+
+// retryWhile is retryTransient for the errors retryable accepts.
+func (m *Manager) retryWhile(ctx context.Context, deadline time.Time, retryable func(error) bool, op func(context.Context) error) error {
 	err := op(ctx)
-	if err == nil || !isTransient(err) || ctx.Err() != nil {
+	if err == nil || !retryable(err) || ctx.Err() != nil {
 		return withCtxErr(ctx, err)
 	}
 	// The retry loop and its deadline are set up only when needed: the
@@ -121,7 +126,7 @@ func (m *Manager) retryTransient(ctx context.Context, deadline time.Time, op fun
 		case <-timer.C:
 		}
 		err = op(ctx)
-		if err == nil || !isTransient(err) || ctx.Err() != nil {
+		if err == nil || !retryable(err) || ctx.Err() != nil {
 			return withCtxErr(ctx, err)
 		}
 	}
@@ -184,34 +189,14 @@ func runBatch(ctx context.Context, c redis.UniversalClient, calls []scriptCall) 
 // startupCheck checks that every master is new enough and preloads the
 // scripts on every master. A reply that says "not now" (a server loading
 // its data, a cluster that is down or failing over: see isNotNow) makes it
-// look again after a pause, doubled each time up to startupPauseMax,
-// until ctx ends; then it returns that reply with ctx's error.
+// look again (retryWhile's backoff, the slot map reloaded) until ctx ends;
+// then it returns that reply with ctx's error.
 func (m *Manager) startupCheck(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err // nothing sent
 	}
-	pause := startupPause
-	for {
-		err := m.startupCheckOnce(ctx)
-		if err == nil || !isNotNow(err) {
-			return err
-		}
-		t := time.NewTimer(pause)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return errors.Join(err, ctx.Err())
-		}
-		pause = min(2*pause, startupPauseMax)
-	}
+	return m.retryWhile(ctx, time.Time{}, isNotNow, m.startupCheckOnce)
 }
-
-// The startup check's pauses after a "not now" reply.
-const (
-	startupPause    = 20 * time.Millisecond
-	startupPauseMax = 500 * time.Millisecond
-)
 
 // startupCheckOnce makes the startup check's commands once.
 func (m *Manager) startupCheckOnce(ctx context.Context) error {
