@@ -98,34 +98,39 @@ func run(in io.Reader, out io.Writer, impl string) error {
 			printMedians(out, r.group, r.impls, samples, median)
 			continue
 		}
-		// Rows whose benchmarks report ops/s compare throughput; the
-		// others (latency benchmarks) compare ns/op.
-		unit := "ops/s"
-		if median(r.group+"/"+impl, unit) == 0 {
-			unit = "ns/op"
-		}
-		fmt.Fprintf(out, "\n%s (median of %d runs)\n\n", strings.TrimPrefix(r.group, "Benchmark"), len(samples[r.group+"/"+r.impls[0]]))
-		fmt.Fprintln(out, "| implementation | ops/s | ns/op | B/op | allocs/op | client CPU µs/op | server CPU µs/op | server reads/op | "+impl+" ÷ this ("+unit+") |")
-		fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-		mine := median(r.group+"/"+impl, unit)
-		for _, im := range r.impls {
-			n := r.group + "/" + im
-			v := median(n, unit)
-			ratio := "-"
-			if im != impl && v > 0 && mine > 0 {
-				ratio = fmt.Sprintf("%.2fx", mine/v)
-			}
-			opt := func(unit, format string) string {
-				if !reports(samples[n], unit) {
-					return "-"
-				}
-				return fmt.Sprintf(format, median(n, unit))
-			}
-			fmt.Fprintf(out, "| %s | %.0f | %.0f | %.0f | %.0f | %s | %s | %s | %s |\n", im, median(n, "ops/s"), median(n, "ns/op"), median(n, "B/op"), median(n, "allocs/op"),
-				opt("client-cpu-us/op", "%.2f"), opt("server-cpu-us/op", "%.2f"), opt("server-reads/op", "%.3f"), ratio)
-		}
+		printCompared(out, r.group, r.impls, impl, samples, median)
 	}
 	return nil
+}
+
+// printCompared prints the medians of the benchmarks group/name, a row per
+// name, each with impl's ratio to it: of ops/s for benchmarks that report
+// it (throughput), else of ns/op (latency).
+func printCompared(out io.Writer, group string, names []string, impl string, samples map[string][]sample, median func(name, unit string) float64) {
+	unit := "ops/s"
+	if median(group+"/"+impl, unit) == 0 {
+		unit = "ns/op"
+	}
+	fmt.Fprintf(out, "\n%s (median of %d runs)\n\n", strings.TrimPrefix(group, "Benchmark"), len(samples[group+"/"+names[0]]))
+	fmt.Fprintln(out, "| implementation | ops/s | ns/op | B/op | allocs/op | client CPU µs/op | server CPU µs/op | server reads/op | "+impl+" ÷ this ("+unit+") |")
+	fmt.Fprintln(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	mine := median(group+"/"+impl, unit)
+	for _, im := range names {
+		n := group + "/" + im
+		v := median(n, unit)
+		ratio := "-"
+		if im != impl && v > 0 && mine > 0 {
+			ratio = fmt.Sprintf("%.2fx", mine/v)
+		}
+		opt := func(unit, format string) string {
+			if !reports(samples[n], unit) {
+				return "-"
+			}
+			return fmt.Sprintf(format, median(n, unit))
+		}
+		fmt.Fprintf(out, "| %s | %.0f | %.0f | %.0f | %.0f | %s | %s | %s | %s |\n", im, median(n, "ops/s"), median(n, "ns/op"), median(n, "B/op"), median(n, "allocs/op"),
+			opt("client-cpu-us/op", "%.2f"), opt("server-cpu-us/op", "%.2f"), opt("server-reads/op", "%.3f"), ratio)
+	}
 }
 
 // reports reports whether any of ss has a value in unit.
