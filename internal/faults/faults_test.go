@@ -605,6 +605,7 @@ func TestFaults(t *testing.T) {
 			migrated := make(chan error, 1)
 			var deaf []error // exclusive locks whose waiters cannot hear on the target
 			go func() {
+				<-w.started() // then the workload runs a second before the fault
 				time.Sleep(time.Second)
 				migrated <- func() error {
 					if err := startMigration(ctx, src, dst, slot); err != nil {
