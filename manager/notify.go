@@ -70,6 +70,10 @@ type notifier struct {
 	handoverSuffix string
 
 	subscribes, unsubscribes atomic.Int64 // SSUBSCRIBE and SUNSUBSCRIBE sent, for tests
+
+	// subscribed, when set (tests), is called by a subscription whose
+	// attempt succeeded, before its node is recorded.
+	subscribed func(ch string, ns *nodeSub)
 }
 
 // subscribeLinger is how long a channel stays subscribed after its last
@@ -100,6 +104,10 @@ type subscribing struct {
 	// confirm is closed when on's server confirms the SSUBSCRIBE awaiting
 	// it; nil when none awaits.
 	confirm chan struct{}
+	// heard: on's server confirmed the SSUBSCRIBE; dropped: then it
+	// dropped the channel (its slot left the node) before the attempt's
+	// node was recorded.
+	heard, dropped bool
 }
 
 // freePayload is what the release scripts publish when a key that waiters
@@ -262,18 +270,33 @@ func (n *notifier) subscribe(key, ch string, sub *subscribing, why again) {
 		}
 		pause, wait = wait, 2*wait
 	}
+	if ns != nil && n.subscribed != nil {
+		n.subscribed(ch, ns)
+	}
 	n.mu.Lock()
 	delete(n.subs, ch)
 	cw := n.chans[ch]
-	watched := ns != nil && !n.closed && cw != nil
+	// A slot that left ns's node between the confirmation and now took
+	// the channel with it (deliver marked it): subscribe it again, on the
+	// slot's new node, as deliver does for a recorded subscription.
+	dropped := ns != nil && sub.dropped
+	watched := ns != nil && !dropped && !n.closed && cw != nil
 	if watched && cw.node == nil {
 		cw.node, cw.failedAt = ns, time.Time{}
 	}
 	if ns == nil && cw != nil {
 		cw.failedAt = time.Now()
 	}
+	resub := dropped && !n.closed && cw != nil && cw.node == nil && cw.watchers > 0
+	if resub {
+		n.subscribeLocked(key, ch, cw, again{pause: resubscribePause, old: ns, moved: true})
+	}
 	n.mu.Unlock()
-	if ns != nil && !watched {
+	if resub {
+		n.m.topo.reload(n.ctx)
+		return
+	}
+	if ns != nil && !watched && !dropped {
 		n.unsubscribe(ns, ch) // nobody watches it any more
 	}
 	if watched && why.old != nil {
@@ -407,7 +430,7 @@ func (n *notifier) nodeSub(node *redis.Client, sub *subscribing) *nodeSub {
 		n.nodes[addr] = ns
 		n.wg.Go(func() { n.receive(ns) })
 	}
-	sub.on = ns
+	sub.on, sub.heard, sub.dropped = ns, false, false
 	return ns
 }
 
@@ -637,6 +660,9 @@ func (n *notifier) deliver(ns *nodeSub, msg any) {
 	}
 	n.mu.Lock()
 	resubscribe := false
+	if sub := n.subs[ch]; sub != nil && sub.on == ns && sub.heard {
+		sub.dropped = true // confirmed on ns, its node not yet recorded (see subscribe)
+	}
 	if cw := n.chans[ch]; cw != nil && cw.node == ns {
 		cw.node = nil
 		switch {
@@ -681,7 +707,7 @@ func (n *notifier) confirmed(ns *nodeSub, ch string) {
 	defer n.mu.Unlock()
 	if sub := n.subs[ch]; sub != nil && sub.confirm != nil && sub.on == ns {
 		close(sub.confirm)
-		sub.confirm, sub.on = nil, nil
+		sub.confirm, sub.heard = nil, true // sub.on stays: a drop from ns counts (see deliver)
 	}
 }
 

@@ -367,3 +367,63 @@ func acquireReleasing(ctx context.Context, m *Manager, res string) <-chan error 
 	}()
 	return got
 }
+
+// A slot that leaves a node just after the node confirmed a channel's
+// subscription, before the notifier recorded it, takes the channel with
+// it (the server says "sunsubscribe"): the channel is subscribed again,
+// not taken as subscribed on a node that no longer serves it. Here the
+// drop is delivered at that moment by the test.
+func TestDroppedBeforeRecordedSubscribesAgain(t *testing.T) {
+	c := testenv.Cluster(t)
+	m, err := New(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res := testenv.Unique("dropped")
+	key, _ := m.lockKey(res)
+	lockCh := sharding.ChannelName(key)
+	drops := make(chan struct{}, 1)
+	m.notify.subscribed = func(ch string, ns *nodeSub) {
+		select {
+		case drops <- struct{}{}:
+			if ch == lockCh {
+				m.notify.deliver(ns, &redis.Subscription{Kind: "sunsubscribe", Channel: ch})
+				return
+			}
+			<-drops // not the lock's channel: let the next one be dropped
+		default:
+		}
+	}
+	h, err := m.TryAcquire(ctx, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait, stop := context.WithCancel(ctx)
+	defer stop()
+	got := make(chan error, 1)
+	go func() {
+		_, err := m.Acquire(wait, res)
+		got <- err
+	}()
+	// The first subscription of the lock's channel is dropped; a second
+	// one must follow (bounded: the re-subscription's attempts take under
+	// a second).
+	deadline := time.Now().Add(10 * time.Second)
+	for !(len(drops) == 1 && m.notify.subscribes.Load() >= 3 && m.notify.hearing(key)) && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if len(drops) != 1 {
+		t.Fatal("the lock's channel was never subscribed")
+	}
+	if s := m.notify.subscribes.Load(); s < 3 || !m.notify.hearing(key) {
+		t.Fatalf("%d SSUBSCRIBE after the drop, hearing %v; want the lock's channel subscribed again", s, m.notify.hearing(key))
+	}
+	stop()
+	<-got
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
