@@ -276,27 +276,22 @@ func (n *notifier) subscribe(key, ch string, sub *subscribing, why again) {
 	n.mu.Lock()
 	delete(n.subs, ch)
 	cw := n.chans[ch]
-	// A slot that left ns's node between the confirmation and now took
-	// the channel with it (deliver marked it): subscribe it again, on the
-	// slot's new node, as deliver does for a recorded subscription.
-	dropped := ns != nil && sub.dropped
-	watched := ns != nil && !dropped && !n.closed && cw != nil
+	watched := ns != nil && !n.closed && cw != nil
 	if watched && cw.node == nil {
 		cw.node, cw.failedAt = ns, time.Time{}
 	}
 	if ns == nil && cw != nil {
 		cw.failedAt = time.Now()
 	}
-	resub := dropped && !n.closed && cw != nil && cw.node == nil && cw.watchers > 0
-	if resub {
-		n.subscribeLocked(key, ch, cw, again{pause: resubscribePause, old: ns, moved: true})
-	}
+	// A slot that left ns's node between the confirmation and now took
+	// the channel with it (deliver marked it, with the node not yet
+	// recorded): handled now as deliver handles a recorded one.
+	reload := watched && sub.dropped && n.droppedLocked(ch, ns)
 	n.mu.Unlock()
-	if resub {
+	if reload {
 		n.m.topo.reload(n.ctx)
-		return
 	}
-	if ns != nil && !watched && !dropped {
+	if ns != nil && !watched {
 		n.unsubscribe(ns, ch) // nobody watches it any more
 	}
 	if watched && why.old != nil {
@@ -659,27 +654,35 @@ func (n *notifier) deliver(ns *nodeSub, msg any) {
 		return
 	}
 	n.mu.Lock()
-	resubscribe := false
 	if sub := n.subs[ch]; sub != nil && sub.on == ns && sub.heard {
 		sub.dropped = true // confirmed on ns, its node not yet recorded (see subscribe)
 	}
-	if cw := n.chans[ch]; cw != nil && cw.node == ns {
-		cw.node = nil
-		switch {
-		case !cw.idleAt.IsZero():
-			delete(n.chans, ch) // nobody watches it: nothing to subscribe again
-			n.idle--
-		case cw.watchers > 0 && !n.closed:
-			// Subscribe again, on the slot's new node, once the
-			// slot map has been reloaded.
-			n.subscribeLocked(n.keyOf(ch), ch, cw, again{pause: resubscribePause, old: ns, moved: true})
-			resubscribe = true
-		}
-	}
+	resubscribe := n.droppedLocked(ch, ns)
 	n.mu.Unlock()
 	if resubscribe {
 		n.m.topo.reload(n.ctx)
 	}
+}
+
+// droppedLocked forgets ch's subscription on ns, which ns's server dropped:
+// a channel nobody watches is forgotten, a watched one is subscribed again
+// on the slot's new node once the slot map has been reloaded. It reports
+// whether the caller is to reload it (after unlocking n.mu).
+func (n *notifier) droppedLocked(ch string, ns *nodeSub) (reload bool) {
+	cw := n.chans[ch]
+	if cw == nil || cw.node != ns {
+		return false
+	}
+	cw.node = nil
+	switch {
+	case !cw.idleAt.IsZero():
+		delete(n.chans, ch) // nobody watches it: nothing to subscribe again
+		n.idle--
+	case cw.watchers > 0 && !n.closed:
+		n.subscribeLocked(n.keyOf(ch), ch, cw, again{pause: resubscribePause, old: ns, moved: true})
+		return true
+	}
+	return false
 }
 
 // missed subscribes key's channels again: a waiter of this Manager found
