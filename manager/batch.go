@@ -154,16 +154,16 @@ func (m *Manager) setKeys(arg string, resources []string) ([]string, error) {
 	if len(resources) == 0 || len(resources) > MaxBatch {
 		return nil, invalid(arg, "%d resources, want 1 to %d", len(resources), MaxBatch)
 	}
-	keys := make([]string, len(resources))
+	keys, err := m.lockKeys(resources)
+	if err != nil {
+		return nil, err
+	}
 	var seen map[string]int // key -> index, for large sets; small ones are scanned
 	if len(resources) > scanDuplicatesUpTo {
 		seen = make(map[string]int, len(resources))
 	}
 	for i, r := range resources {
-		key, err := m.lockKey(r)
-		if err != nil {
-			return nil, err
-		}
+		key := keys[i]
 		j, dup := -1, false
 		if seen != nil {
 			j, dup = seen[key]
@@ -178,7 +178,6 @@ func (m *Manager) setKeys(arg string, resources []string) ([]string, error) {
 			}
 			return nil, invalid("resources", "resources %q and %q name the same lock %q", resources[j], r, key)
 		}
-		keys[i] = key
 	}
 	return keys, nil
 }

@@ -376,13 +376,37 @@ func (m *Manager) defaultAcquireConfig() acquireConfig {
 // lockKey checks resource and returns its lock key.
 func (m *Manager) lockKey(resource string) (string, error) {
 	if len(resource) > MaxResourceLen {
-		return "", invalid("resource", "%d bytes, more than %d", len(resource), MaxResourceLen)
+		return "", resourceTooLong(resource)
 	}
 	key, err := sharding.LockKey(m.cfg.prefix, resource)
 	if err != nil {
 		return "", invalid("resource", "%q: %v", resource, err)
 	}
 	return key, nil
+}
+
+// lockKeys returns the lock keys of resources, checked as lockKey checks
+// one, in two allocations however many there are (see sharding.LockKeys).
+func (m *Manager) lockKeys(resources []string) ([]string, error) {
+	for _, r := range resources {
+		if len(r) > MaxResourceLen {
+			return nil, resourceTooLong(r)
+		}
+	}
+	keys, err := sharding.LockKeys(m.cfg.prefix, resources)
+	if err != nil {
+		for _, r := range resources {
+			if _, err := m.lockKey(r); err != nil {
+				return nil, err // the error a lock on r alone gets
+			}
+		}
+		return nil, invalid("resource", "%v", err)
+	}
+	return keys, nil
+}
+
+func resourceTooLong(resource string) error {
+	return invalid("resource", "%d bytes, more than %d", len(resource), MaxResourceLen)
 }
 
 // acquireConfig returns resource's lock key and acquireOptions(opts).

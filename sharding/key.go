@@ -2,6 +2,7 @@ package sharding
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 )
 
@@ -70,19 +71,76 @@ func ResourceOf(prefix, key string) (string, bool) {
 // resource would let the '}' end the tag early); and ErrBadPrefix when the
 // prefix contains a brace.
 func LockKey(prefix, resource string) (string, error) {
-	if err := ValidatePrefix(prefix); err != nil {
+	wrap, err := keyForm(prefix, resource)
+	if err != nil {
 		return "", err
 	}
-	if resource == "" || hasReservedSuffix(resource) {
-		return "", ErrBadResource
-	}
-	if _, ok := HashTag(resource); ok {
+	if !wrap {
 		return prefix + resource, nil
 	}
-	if strings.IndexByte(resource, '}') >= 0 {
-		return "", ErrBadResource
-	}
 	return prefix + "{" + resource + "}", nil
+}
+
+// LockKeys returns the lock keys of resources under prefix, each as
+// [LockKey] makes it, in two allocations however many there are: the keys
+// are parts of one string. Its error is ErrBadPrefix, or LockKey's for the
+// first resource that has one, wrapped with that resource.
+func LockKeys(prefix string, resources []string) ([]string, error) {
+	if err := ValidatePrefix(prefix); err != nil {
+		return nil, err
+	}
+	size := 0
+	for _, r := range resources {
+		wrap, err := keyForm(prefix, r)
+		if err != nil {
+			return nil, fmt.Errorf("resource %q: %w", r, err)
+		}
+		size += len(prefix) + len(r)
+		if wrap {
+			size += len("{}")
+		}
+	}
+	var sb strings.Builder
+	sb.Grow(size)
+	var endsBuf [16]int
+	ends := endsBuf[:0]
+	for _, r := range resources {
+		sb.WriteString(prefix)
+		if wrap, _ := keyForm(prefix, r); wrap {
+			sb.WriteByte('{')
+			sb.WriteString(r)
+			sb.WriteByte('}')
+		} else {
+			sb.WriteString(r)
+		}
+		ends = append(ends, sb.Len())
+	}
+	all := sb.String()
+	keys := make([]string, len(resources))
+	start := 0
+	for i, end := range ends {
+		keys[i] = all[start:end]
+		start = end
+	}
+	return keys, nil
+}
+
+// keyForm checks prefix and resource as LockKey does and reports whether
+// the key wraps resource in a hash tag.
+func keyForm(prefix, resource string) (wrap bool, err error) {
+	if err := ValidatePrefix(prefix); err != nil {
+		return false, err
+	}
+	if resource == "" || hasReservedSuffix(resource) {
+		return false, ErrBadResource
+	}
+	if _, ok := HashTag(resource); ok {
+		return false, nil
+	}
+	if strings.IndexByte(resource, '}') >= 0 {
+		return false, ErrBadResource
+	}
+	return true, nil
 }
 
 func hasReservedSuffix(s string) bool {

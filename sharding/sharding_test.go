@@ -2,6 +2,8 @@ package sharding
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -87,6 +89,17 @@ func TestLockKey(t *testing.T) {
 		if !errors.Is(err, tt.wantErr) || got != tt.want {
 			t.Errorf("LockKey(%q, %q) = %q, %v; want %q, %v", tt.prefix, tt.give, got, err, tt.want, tt.wantErr)
 		}
+		// LockKeys makes the same key among others, or names the resource.
+		keys, err := LockKeys(tt.prefix, []string{"{a}", tt.give, "b"})
+		switch {
+		case tt.wantErr != nil:
+			named := tt.wantErr != ErrBadResource || strings.Contains(fmt.Sprint(err), fmt.Sprintf("%q", tt.give))
+			if !errors.Is(err, tt.wantErr) || keys != nil || !named {
+				t.Errorf("LockKeys(%q, %q) = %q, %v; want %v naming the resource", tt.prefix, tt.give, keys, err, tt.wantErr)
+			}
+		case err != nil || len(keys) != 3 || keys[0] != tt.prefix+"{a}" || keys[1] != tt.want || keys[2] != tt.prefix+"{b}":
+			t.Errorf("LockKeys(%q, %q) = %q, %v; want %q in the middle", tt.prefix, tt.give, keys, err, tt.want)
+		}
 	}
 }
 
@@ -97,6 +110,10 @@ func FuzzLockKeySlot(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, resource string) {
 		key, err := LockKey(DefaultPrefix, resource)
+		keys, kerr := LockKeys(DefaultPrefix, []string{resource, "other"})
+		if (kerr == nil) != (err == nil) || (err == nil && (keys[0] != key || keys[1] != DefaultPrefix+"{other}")) {
+			t.Fatalf("LockKeys(%q, other) = %q, %v; LockKey = %q, %v", resource, keys, kerr, key, err)
+		}
 		if err != nil {
 			return
 		}
