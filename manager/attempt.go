@@ -94,7 +94,7 @@ func (m *Manager) attemptOnce(ctx context.Context, a *attemptArgs) (res attemptR
 	case a.tg.batch == nil:
 		res.status, res.fence, res.replicas, err = m.attempt(ctx, a.tg.key, a.token, a.tokenArg, a.ac, a.firstTry, a.queueNext)
 	default:
-		res.status, res.fences, res.held, res.replicas, err = m.attemptBatch(ctx, a.tg.batch, a.token, a.ac, a.first, a.mark)
+		res.status, res.fences, res.held, res.replicas, err = m.attemptBatch(ctx, a.tg.batch, a.tokenArg, a.ac, a.first, a.mark)
 	}
 	return res, err
 }
@@ -114,10 +114,10 @@ func (m *Manager) attempt(ctx context.Context, key, token string, tokenArg any, 
 		return m.attemptWait(ctx, key, token, ttlMs, ac)
 	}
 	if ac.fencing {
-		res, err := scripts.AcquireFenced.Run(withTryAgainFallback(ctx), m.cmd, []string{key, sharding.FenceKey(key)}, token, ttlMs).Slice()
+		res, err := scripts.AcquireFenced.Run(withTryAgainFallback(ctx), m.cmd, []string{key, sharding.FenceKey(key)}, tokenArg, ttlMs).Slice()
 		if isTryAgain(err) {
 			// The key and its counter are apart while the slot migrates.
-			status, fences, _, err := m.attemptBatchKeys(ctx, &batchInfo{keys: []string{key}}, token, ac, true, false)
+			status, fences, _, err := m.attemptBatchKeys(ctx, &batchInfo{keys: []string{key}}, tokenArg, ac, true, false)
 			if len(fences) > 0 {
 				fence = fences[0]
 			}
@@ -292,7 +292,7 @@ func (m *Manager) attemptRW(ctx context.Context, a *attemptArgs) (status int, fe
 		hold = formatMs(a.hold)
 	}
 	keys := []string{a.tg.key}
-	args := []any{a.token, a.ac.ttlMs, a.tg.rw.arg(), luaFlag(a.ac.fencing), entry, luaFlag(recheck), hold}
+	args := []any{a.tokenArg, a.ac.ttlMs, a.tg.rw.arg(), luaArg(a.ac.fencing), entry, luaArg(recheck), hold}
 	if m.cfg.replicas > 0 {
 		cmd, waitc, werr := m.evalWithWait(ctx, a.tg.key, scripts.RWAcquire, keys, args...)
 		if werr != nil {
@@ -314,14 +314,15 @@ func (m *Manager) attemptRW(ctx context.Context, a *attemptArgs) (status int, fe
 	return status, fence, replicas, err
 }
 
-// attemptBatch makes one batch acquire round trip; a waiter (mark) marks
-// the keys others hold, so that their release announces them free.
-func (m *Manager) attemptBatch(ctx context.Context, b *batchInfo, token string, ac *acquireConfig, first, mark bool) (status int, fences []uint64, held []int, replicas int, err error) {
+// attemptBatch makes one batch acquire round trip for token (boxed as a
+// script argument); a waiter (mark) marks the keys others hold, so that
+// their release announces them free.
+func (m *Manager) attemptBatch(ctx context.Context, b *batchInfo, token any, ac *acquireConfig, first, mark bool) (status int, fences []uint64, held []int, replicas int, err error) {
 	keys, fencing := batchScriptKeys(b, ac.fencing)
 	// A first attempt tries the keys as free before it reads them (the
 	// cheapest script when the batch is free); a poll of a batch seen busy
 	// reads first.
-	try, marks := luaFlag(first), luaFlag(mark)
+	try, marks := luaArg(first), luaArg(mark)
 	var res []any
 	if m.cfg.replicas > 0 {
 		acq, waitc, err := m.evalWithWait(ctx, b.keys[0], scripts.AcquireBatch, keys, token, ac.ttlMs, fencing, try, marks)
@@ -366,7 +367,7 @@ func (m *Manager) attemptBatch(ctx context.Context, b *batchInfo, token string, 
 // every holder takes its fence while it holds the key, whether in one
 // script or in two, and the counter is on one node at a time (MIGRATE
 // moves a key atomically). A fence that fails releases the keys.
-func (m *Manager) attemptBatchKeys(ctx context.Context, b *batchInfo, token string, ac *acquireConfig, first, mark bool) (status int, fences []uint64, held []int, err error) {
+func (m *Manager) attemptBatchKeys(ctx context.Context, b *batchInfo, token any, ac *acquireConfig, first, mark bool) (status int, fences []uint64, held []int, err error) {
 	plain := *ac
 	plain.fencing = false
 	status = attemptReplay
@@ -405,7 +406,7 @@ func (m *Manager) attemptBatchKeys(ctx context.Context, b *batchInfo, token stri
 // undoBatchKeys releases keys, which an attempt of attemptBatchKeys took
 // for token, one by one; it returns the first error (the acquirer settles
 // an attempt whose keys may still be held, as for any ambiguous attempt).
-func (m *Manager) undoBatchKeys(ctx context.Context, keys []string, token string) error {
+func (m *Manager) undoBatchKeys(ctx context.Context, keys []string, token any) error {
 	var first error
 	for _, k := range keys {
 		if err := m.runScript(ctx, m.cmd, scripts.Release, []string{k}, token).Err(); err != nil && first == nil {
@@ -417,16 +418,16 @@ func (m *Manager) undoBatchKeys(ctx context.Context, keys []string, token string
 
 // batchScriptKeys returns the keys and the fencing argument of
 // acquire_batch.lua for b.
-func batchScriptKeys(b *batchInfo, fencing bool) ([]string, string) {
+func batchScriptKeys(b *batchInfo, fencing bool) ([]string, any) {
 	if !fencing {
-		return b.keys, luaFlag(false)
+		return b.keys, luaFalse
 	}
 	keys := make([]string, 0, 2*len(b.keys))
 	keys = append(keys, b.keys...)
 	for _, k := range b.keys {
 		keys = append(keys, sharding.FenceKey(k))
 	}
-	return keys, luaFlag(true)
+	return keys, luaTrue
 }
 
 // parseBatchReply reads acquire_batch.lua's reply.

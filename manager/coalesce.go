@@ -42,19 +42,19 @@ type scripter struct {
 }
 
 func (s scripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return scriptCmd(ctx, s.process, "eval", script, keys, args)
+	return scriptCmd(ctx, s.process, argEval, script, keys, args)
 }
 
 func (s scripter) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	return scriptCmd(ctx, s.process, "evalsha", sha1, keys, args)
+	return scriptCmd(ctx, s.process, argEvalSha, sha1, keys, args)
 }
 
 func (s scripter) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return scriptCmd(ctx, s.process, "eval_ro", script, keys, args)
+	return scriptCmd(ctx, s.process, argEvalRO, script, keys, args)
 }
 
 func (s scripter) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	return scriptCmd(ctx, s.process, "evalsha_ro", sha1, keys, args)
+	return scriptCmd(ctx, s.process, argEvalShaRO, sha1, keys, args)
 }
 
 func (s scripter) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {
@@ -600,11 +600,19 @@ func (co *coalescer) queuedLen() int {
 	return n
 }
 
-// scriptCmd runs a script command (EVAL, EVALSHA and their _RO forms)
-// through process. A caller that stopped waiting after it was sent gets a
-// command of its own with the error, as the coalescer now owns the one it
-// sent.
-func scriptCmd(ctx context.Context, process func(context.Context, redis.Cmder) error, name, body string, keys []string, args []any) *redis.Cmd {
+// The script commands' names, boxed once (see luaTrue).
+var (
+	argEval      any = "eval"
+	argEvalSha   any = "evalsha"
+	argEvalRO    any = "eval_ro"
+	argEvalShaRO any = "evalsha_ro"
+)
+
+// scriptCmd runs a script command (EVAL, EVALSHA and their _RO forms; name
+// is one of the arg names above) through process. A caller that stopped
+// waiting after it was sent gets a command of its own with the error, as
+// the coalescer now owns the one it sent.
+func scriptCmd(ctx context.Context, process func(context.Context, redis.Cmder) error, name any, body string, keys []string, args []any) *redis.Cmd {
 	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
 	cmdArgs = append(cmdArgs, name, body, len(keys))
 	for _, k := range keys {

@@ -533,7 +533,7 @@ func (m *Manager) attemptQueued(ctx context.Context, key string, w *fairWaiter, 
 		keys = append(keys, sharding.FenceKey(key))
 	}
 	res, err := scripts.AcquireQueue.Run(withTryAgainFallback(ctx), m.cmd, keys,
-		w.token, ac.ttlMs, luaFlag(ac.fencing), entry, luaFlag(recheck)).Slice()
+		w.token, ac.ttlMs, luaArg(ac.fencing), entry, luaArg(recheck)).Slice()
 	status, fence, err = parseFenced(res, err)
 	m.afterQueuedAttempt(key, w, entry, recheck, status, fence, err)
 	if isTryAgain(err) {

@@ -335,7 +335,7 @@ func (m *Manager) tryGroups(ctx context.Context, groups []*batchInfo, opts []Acq
 		m.resolveClass(&ac, b.resources[0])
 		atts[i] = groupAttempt{b: b, ac: ac, token: newToken(m.cfg.owner, start)}
 		keys, fencing := batchScriptKeys(b, ac.fencing)
-		calls[i] = scriptCall{script: scripts.AcquireBatch, keys: keys, args: []any{atts[i].token, ac.ttlMs, fencing, luaFlag(true), luaFlag(false)}}
+		calls[i] = scriptCall{script: scripts.AcquireBatch, keys: keys, args: []any{atts[i].token, ac.ttlMs, fencing, luaTrue, luaFalse}}
 	}
 	sentAt := time.Now()
 	if err := m.bounded(ctx, time.Time{}, func(ctx context.Context) error {

@@ -32,6 +32,21 @@ func luaFlag(on bool) string {
 	return "0"
 }
 
+// Script arguments boxed once: a string put into an interface anew costs
+// an allocation on every call.
+var (
+	luaTrue  any = "1"
+	luaFalse any = "0"
+)
+
+// luaArg is luaFlag(on) as a script argument.
+func luaArg(on bool) any {
+	if on {
+		return luaTrue
+	}
+	return luaFalse
+}
+
 // isReply reports whether err is an error reply from Redis: the server saw
 // the command, so nothing about it is ambiguous.
 func isReply(err error) bool {

@@ -335,7 +335,7 @@ func (l *Lock) releaseCall(h handover) scriptCall {
 	case l.multi != nil:
 		return scriptCall{script: scripts.ReleaseBatch, keys: l.multi.keys, args: l.args[:]}
 	case h.w != nil:
-		return scriptCall{script: scripts.Release, keys: l.keys[:], args: []any{l.token, h.entry, luaFlag(h.local)}}
+		return scriptCall{script: scripts.Release, keys: l.keys[:], args: []any{l.args[0], h.entry, luaArg(h.local)}}
 	}
 	release, _, _ := l.rw.scripts()
 	return scriptCall{script: release, keys: l.keys[:], args: l.args[:]}

@@ -53,7 +53,7 @@ func (m *Manager) Resume(ctx context.Context, resource, token string, opts ...Ac
 	err = m.retryTransient(ctx, time.Time{}, func(ctx context.Context) error {
 		sentAt = time.Now()
 		var err error
-		res, err = m.runScript(ctx, m.cmd, scripts.Resume, []string{key}, token, ttlMs, luaFlag(ac.fencing)).Int64Slice()
+		res, err = m.runScript(ctx, m.cmd, scripts.Resume, []string{key}, token, ttlMs, luaArg(ac.fencing)).Int64Slice()
 		if err == nil && len(res) != 2 {
 			err = fmt.Errorf("unexpected reply %v", res)
 		}
