@@ -115,7 +115,7 @@ type coalescer struct {
 	maxFlushers int
 	closed      bool
 
-	wg sync.WaitGroup // flushers and re-sends
+	run inflight // flushers and re-sends
 }
 
 // lane is one server's queue.
@@ -226,10 +226,14 @@ func (co *coalescer) Process(ctx context.Context, cmd redis.Cmder) error {
 		co.mu.Lock()
 		co.flushers--
 		l.sending--
-		if l.flushers--; len(l.queue) > 0 {
+		l.flushers--
+		if co.closed {
+			co.failQueueLocked(l) // no flusher starts after close
+		}
+		if len(l.queue) > 0 {
 			l.flushers++
 			co.flushers++
-			co.wg.Go(func() { co.flusher(l) })
+			co.run.goFn(func() { co.flusher(l) })
 		} else if l.flushers == 0 {
 			co.idle(l)
 		}
@@ -241,7 +245,7 @@ func (co *coalescer) Process(ctx context.Context, cmd redis.Cmder) error {
 	if co.another(l) {
 		l.flushers++
 		co.flushers++
-		co.wg.Go(func() { co.flusher(l) })
+		co.run.goFn(func() { co.flusher(l) })
 	}
 	co.mu.Unlock()
 	select {
@@ -334,13 +338,7 @@ func (co *coalescer) flusher(l *lane) {
 			return
 		}
 		if co.closed {
-			for _, q := range l.queue {
-				if q.state.CompareAndSwap(queuedWaiting, queuedSent) {
-					q.cmd.SetErr(redis.ErrClosed)
-					close(q.done)
-				}
-			}
-			l.queue = nil
+			co.failQueueLocked(l)
 			continue
 		}
 		n := min(len(l.queue), coalesceBatch)
@@ -365,6 +363,18 @@ func (co *coalescer) flusher(l *lane) {
 	}
 }
 
+// failQueueLocked fails l's queued commands with redis.ErrClosed (none of
+// them was sent). co.mu must be held.
+func (co *coalescer) failQueueLocked(l *lane) {
+	for _, q := range l.queue {
+		if q.state.CompareAndSwap(queuedWaiting, queuedSent) {
+			q.cmd.SetErr(redis.ErrClosed)
+			close(q.done)
+		}
+	}
+	l.queue = nil
+}
+
 // send sends batch to node as one pipeline (a lone command as itself) and
 // hands each caller its reply, or sends again the commands whose replies
 // say they did not run.
@@ -383,7 +393,7 @@ func (co *coalescer) send(node *redis.Client, batch []*queued) {
 	}
 	for _, q := range batch {
 		if co.sendsAgain(q.ctx, q.cmd.Err()) {
-			co.wg.Go(func() { co.resend(q) })
+			co.run.goFn(func() { co.resend(q) })
 		} else {
 			close(q.done)
 		}
@@ -567,26 +577,15 @@ func needsReload(err error) bool {
 }
 
 // close makes commands queued from now on fail with redis.ErrClosed, and
-// waits until ctx ends for the flushers and re-sends (a batch stuck on a
-// hung server ends by the client's timeouts). Queued commands not yet sent
-// fail with redis.ErrClosed.
-func (co *coalescer) close(ctx context.Context) {
+// waits until ctx ends for the flushers and re-sends. It returns how many
+// were still running then: each has a batch or a command in flight, and
+// ends with it, by the client's timeouts when the server does not answer.
+// Queued commands not yet sent fail with redis.ErrClosed.
+func (co *coalescer) close(ctx context.Context) int {
 	co.mu.Lock()
-	if co.closed {
-		co.mu.Unlock()
-		return
-	}
 	co.closed = true
 	co.mu.Unlock()
-	stopped := make(chan struct{})
-	go func() {
-		co.wg.Wait()
-		close(stopped)
-	}()
-	select {
-	case <-stopped:
-	case <-ctx.Done(): // the flushers end with their batches
-	}
+	return co.run.wait(ctx)
 }
 
 // queuedLen returns how many commands wait in the lanes' queues.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -306,4 +307,39 @@ func testCoalescer(c redis.UniversalClient) *coalescer {
 		panic(err)
 	}
 	return newCoalescer(c, t)
+}
+
+// Close that ends while a batch is in flight says so in its error, as it
+// does for any exchange still without a reply: the flusher outlives Close
+// until the batch ends.
+func TestCloseCountsBatchInFlight(t *testing.T) {
+	mr := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	h := &holdHook{held: make(chan struct{}, 1), release: make(chan struct{})}
+	c.AddHook(h)
+	m, err := New(context.Background(), c, WithStartupCheck(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.unhold)
+	h.hold.Store(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- m.co.Process(ctx, redis.NewStatusCmd(ctx, "set", "k", "v")) }()
+	<-h.held // the flusher sent the batch and waits for its reply
+	cancel()
+	if err := <-errc; !isAbandoned(err) {
+		t.Fatalf("the caller that left: %v, want an abandoned command", err)
+	}
+	cctx, ccancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer ccancel()
+	err = m.Close(cctx)
+	if err == nil || !strings.Contains(err.Error(), "1 exchanges with Redis still without a reply") {
+		t.Fatalf("Close with a batch in flight: %v, want it counted", err)
+	}
+	h.unhold()
+	if n := m.co.run.wait(context.Background()); n != 0 {
+		t.Fatalf("%d flushers still running after the batch ended", n)
+	}
 }

@@ -202,10 +202,11 @@ func (m *Manager) Close(ctx context.Context) error {
 		if m.notify != nil {
 			m.notify.close()
 		}
+		pending := 0
 		if m.co != nil {
-			m.co.close(ctx)
+			pending = m.co.close(ctx)
 		}
-		if n := m.io.wait(ctx); n > 0 {
+		if n := pending + m.io.wait(ctx); n > 0 {
 			err = errors.Join(err, fmt.Errorf("shardlock: close: %d exchanges with Redis still without a reply; they end by the client's timeouts", n))
 		}
 		m.bg.Wait()
