@@ -71,7 +71,10 @@ func ResourceOf(prefix, key string) (string, bool) {
 // resource would let the '}' end the tag early); and ErrBadPrefix when the
 // prefix contains a brace.
 func LockKey(prefix, resource string) (string, error) {
-	wrap, err := keyForm(prefix, resource)
+	if err := ValidatePrefix(prefix); err != nil {
+		return "", err
+	}
+	wrap, err := wrapped(resource)
 	if err != nil {
 		return "", err
 	}
@@ -89,9 +92,11 @@ func LockKeys(prefix string, resources []string) ([]string, error) {
 	if err := ValidatePrefix(prefix); err != nil {
 		return nil, err
 	}
+	var endsBuf [16]int
+	ends := endsBuf[:0] // where each key ends in the joined string
 	size := 0
 	for _, r := range resources {
-		wrap, err := keyForm(prefix, r)
+		wrap, err := wrapped(r)
 		if err != nil {
 			return nil, fmt.Errorf("resource %q: %w", r, err)
 		}
@@ -99,21 +104,20 @@ func LockKeys(prefix string, resources []string) ([]string, error) {
 		if wrap {
 			size += len("{}")
 		}
+		ends = append(ends, size)
 	}
 	var sb strings.Builder
 	sb.Grow(size)
-	var endsBuf [16]int
-	ends := endsBuf[:0]
-	for _, r := range resources {
+	for i, r := range resources {
+		wrap := ends[i]-sb.Len() > len(prefix)+len(r) // the key's length says it
 		sb.WriteString(prefix)
-		if wrap, _ := keyForm(prefix, r); wrap {
+		if wrap {
 			sb.WriteByte('{')
 			sb.WriteString(r)
 			sb.WriteByte('}')
 		} else {
 			sb.WriteString(r)
 		}
-		ends = append(ends, sb.Len())
 	}
 	all := sb.String()
 	keys := make([]string, len(resources))
@@ -125,12 +129,9 @@ func LockKeys(prefix string, resources []string) ([]string, error) {
 	return keys, nil
 }
 
-// keyForm checks prefix and resource as LockKey does and reports whether
-// the key wraps resource in a hash tag.
-func keyForm(prefix, resource string) (wrap bool, err error) {
-	if err := ValidatePrefix(prefix); err != nil {
-		return false, err
-	}
+// wrapped checks resource as LockKey does and reports whether its key
+// wraps it in a hash tag.
+func wrapped(resource string) (bool, error) {
 	if resource == "" || hasReservedSuffix(resource) {
 		return false, ErrBadResource
 	}
