@@ -12,6 +12,8 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/shardlock/shardlock/sharding"
 )
 
 // holdHook counts the SETs a client sends (single commands and pipelines,
@@ -341,5 +343,122 @@ func TestCloseCountsBatchInFlight(t *testing.T) {
 	h.unhold()
 	if n := m.co.run.wait(context.Background()); n != 0 {
 		t.Fatalf("%d flushers still running after the batch ended", n)
+	}
+}
+
+// attemptHook holds the first SET a client sends (an acquire attempt) until
+// let is closed, and closes early once a script command (a release) sent
+// under a context marked by closeMark while that SET is held has its reply.
+type attemptHook struct {
+	held, let, early chan struct{}
+	holding          atomic.Bool
+	once, earlyOnce  sync.Once
+}
+
+// closeMark marks the context of a test's Close.
+type closeMark struct{}
+
+func (h *attemptHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *attemptHook) process(ctx context.Context, cmds []redis.Cmder, next func() error) error {
+	release := false
+	for _, c := range cmds {
+		switch c.Name() {
+		case "set":
+			h.once.Do(func() {
+				h.holding.Store(true)
+				close(h.held)
+				<-h.let
+				h.holding.Store(false)
+			})
+		case "evalsha", "eval":
+			release = release || (h.holding.Load() && ctx.Value(closeMark{}) != nil)
+		}
+	}
+	err := next()
+	if release {
+		h.earlyOnce.Do(func() { close(h.early) })
+	}
+	return err
+}
+
+func (h *attemptHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		return h.process(ctx, []redis.Cmder{cmd}, func() error { return next(ctx, cmd) })
+	}
+}
+
+func (h *attemptHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		return h.process(ctx, cmds, func() error { return next(ctx, cmds) })
+	}
+}
+
+// waited reports whether someone waits in f.wait.
+func (f *inflight) waited() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.zero != nil
+}
+
+// An attempt whose caller left while the coalescer had it in flight is
+// released by Close after it has run, not before: released before, it
+// would take its key afterwards and hold it for its TTL.
+func TestCloseReleasesOrphanAfterItsAttempt(t *testing.T) {
+	mr := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	h := &attemptHook{held: make(chan struct{}), let: make(chan struct{}), early: make(chan struct{})}
+	c.AddHook(h)
+	m, err := New(context.Background(), c, WithStartupCheck(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var letOnce sync.Once
+	let := func() { letOnce.Do(func() { close(h.let) }) }
+	t.Cleanup(let)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := m.TryAcquire(ctx, "k")
+		errc <- err
+	}()
+	<-h.held // the flusher is sending the attempt
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("TryAcquire whose caller left: %v, want context.Canceled", err)
+	}
+	closed := make(chan error, 1)
+	go func() {
+		// Only Close's own releases count: the watchdog's, before Close,
+		// are tried again until the attempt's TTL would have run out.
+		cctx, ccancel := context.WithTimeout(context.WithValue(context.Background(), closeMark{}, true), 10*time.Second)
+		defer ccancel()
+		closed <- m.Close(cctx)
+	}()
+	// The attempt goes on once Close waits for the coalescer's goroutines,
+	// or once Close's release of the attempt's token has run.
+	waiting := make(chan struct{})
+	go func() {
+		defer close(waiting)
+		for range 10000 {
+			select {
+			case <-h.early:
+				return
+			default:
+			}
+			if m.co.run.waited() {
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	<-waiting
+	let()
+	if err := <-closed; err != nil {
+		t.Fatalf("Close = %v", err)
+	}
+	if key, _ := sharding.LockKey(sharding.DefaultPrefix, "k"); mr.Exists(key) {
+		t.Fatal("the key of an attempt whose caller left is held after Close")
 	}
 }

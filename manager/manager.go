@@ -192,10 +192,15 @@ func (m *Manager) Close(ctx context.Context) error {
 			ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), closeGrace)
 			defer cancel()
 		}
-		// Renewals and releases in flight end first (their tokens may
-		// come back as orphans), for a moment at most.
+		// Renewals, releases and coalesced batches in flight end first,
+		// for a moment at most: their tokens may come back as orphans,
+		// and an orphan's release must come after the attempt that may
+		// have taken its key, or that attempt takes the key for its TTL.
 		wctx, wcancel := context.WithTimeout(ctx, closeGrace)
 		m.io.wait(wctx)
+		if m.co != nil {
+			m.co.run.wait(wctx)
+		}
 		wcancel()
 		locks, orphans := m.sched.take()
 		err = m.releaseAll(ctx, locks, orphans)
