@@ -166,8 +166,11 @@ func (m *Manager) Do(ctx context.Context, resource string, fn func(ctx context.C
 }
 
 // Close stops the watchdog, releases every lock this Manager still holds
-// (best effort, bounded by ctx; their Done channels close), and waits for
-// the Manager's goroutines. With ctx already ended it still makes one try,
+// and every key an attempt whose caller stopped waiting may have taken
+// (best effort, bounded by ctx; the locks' Done channels close), and waits
+// for the Manager's goroutines. Commands already on their way to Redis get
+// their replies first, for a second at most, so that such an attempt is
+// released after it has run. With ctx already ended it still makes one try,
 // bounded by a second. It returns an error that says how many locks it
 // could not release, and how many exchanges with Redis were still without
 // a reply when ctx ended (they end by the client's own timeouts). Calls
