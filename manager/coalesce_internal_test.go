@@ -462,3 +462,29 @@ func TestCloseReleasesOrphanAfterItsAttempt(t *testing.T) {
 		t.Fatal("the key of an attempt whose caller left is held after Close")
 	}
 }
+
+// Between the watchdog's stop and Close's taking of the orphans, a token
+// that an exchange settling late hands to the reaper joins the list Close
+// releases (after the commands in flight have their replies); only after
+// that does the reaper refuse it.
+func TestOrphanAfterStopJoinsClose(t *testing.T) {
+	mr := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	m, err := New(context.Background(), c, WithStartupCheck(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	m.sched.stop() // as Close does first
+	deadline := time.Now().Add(time.Minute)
+	if !m.sched.addOrphan("shardlock:{k}", "tok", rwNone, deadline) {
+		t.Fatal("a token handed over after the watchdog stopped, before Close took the list, was refused")
+	}
+	if _, orphans := m.sched.take(); len(orphans) != 1 || orphans[0].token != "tok" {
+		t.Fatalf("Close took %v, want the token handed over after stop", orphans)
+	}
+	if m.sched.addOrphan("shardlock:{k}", "tok2", rwNone, deadline) {
+		t.Fatal("a token handed over after Close took the list was accepted: nothing would release it")
+	}
+}

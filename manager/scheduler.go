@@ -52,6 +52,7 @@ type scheduler struct {
 	inFlight []*Lock // taken out of the heap by collect, until process ends
 	orphans  []orphan
 	stopped  bool
+	taken    bool // Close has taken the orphans (see addOrphan)
 	// sleepUntil is when the loop will next wake by itself; an earlier due
 	// time must wake it (poke), a later one need not.
 	sleepUntil mono
@@ -166,15 +167,18 @@ func (s *scheduler) drainLocked() {
 }
 
 // addOrphan hands a token that may hold key, until deadline, to the
-// reaper. It returns false once the scheduler has stopped: Close has taken
-// the list, and nothing would run it again.
+// reaper. Between stop and take the list still grows, for Close to release:
+// an exchange that settles late (Close waits for those) may leave a token
+// whose attempt is still on its way, and Close releases the list only once
+// that has had its reply. It returns false once Close has taken the list,
+// and nothing would run it again.
 func (s *scheduler) addOrphan(key, token string, mode rwMode, deadline time.Time) bool {
 	if !time.Now().Before(deadline) {
 		return true // nothing left to release
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.stopped {
+	if s.taken {
 		return false
 	}
 	if len(s.orphans) >= maxOrphans {
@@ -210,6 +214,7 @@ func (s *scheduler) take() ([]*Lock, []orphan) {
 	s.locks = nil
 	orphans := s.orphans
 	s.orphans = nil
+	s.taken = true
 	return locks, orphans
 }
 
