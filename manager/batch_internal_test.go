@@ -1,26 +1,15 @@
 package manager
 
 import (
-	"context"
 	"errors"
 	"testing"
-
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
 )
 
 // A batch's keys are the resources' lock keys, made in two allocations
 // however many there are (one per key would be ten here), and a bad
 // resource among them is named in a typed error.
 func TestLockKeysOneString(t *testing.T) {
-	mr := miniredis.RunT(t)
-	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { _ = c.Close() })
-	m, err := New(context.Background(), c, WithStartupCheck(false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	m, _ := newMiniManager(t)
 	res := []string{"{order:1}:a", "{order:1}:b", "plain", "{order:1}:d", "e", "f", "g", "h", "i", "{x}"}
 	keys, err := m.lockKeys(res)
 	if err != nil {

@@ -405,15 +405,8 @@ func (f *inflight) waited() bool {
 // released by Close after it has run, not before: released before, it
 // would take its key afterwards and hold it for its TTL.
 func TestCloseReleasesOrphanAfterItsAttempt(t *testing.T) {
-	mr := miniredis.RunT(t)
-	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { _ = c.Close() })
 	h := &attemptHook{held: make(chan struct{}), let: make(chan struct{}), early: make(chan struct{})}
-	c.AddHook(h)
-	m, err := New(context.Background(), c, WithStartupCheck(false))
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, mr := newMiniManager(t, h)
 	var letOnce sync.Once
 	let := func() { letOnce.Do(func() { close(h.let) }) }
 	t.Cleanup(let)
@@ -468,14 +461,7 @@ func TestCloseReleasesOrphanAfterItsAttempt(t *testing.T) {
 // releases (after the commands in flight have their replies); only after
 // that does the reaper refuse it.
 func TestOrphanAfterStopJoinsClose(t *testing.T) {
-	mr := miniredis.RunT(t)
-	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { _ = c.Close() })
-	m, err := New(context.Background(), c, WithStartupCheck(false))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	m, _ := newMiniManager(t)
 	m.sched.stop() // as Close does first
 	deadline := time.Now().Add(time.Minute)
 	if !m.sched.addOrphan("shardlock:{k}", "tok", rwNone, deadline) {
