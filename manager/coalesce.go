@@ -329,6 +329,9 @@ func (co *coalescer) flusher(l *lane) {
 			continue
 		}
 		yields = 0
+		if co.closed {
+			co.failQueueLocked(l) // nothing is sent after close
+		}
 		if len(l.queue) == 0 {
 			co.flushers--
 			if l.flushers--; l.flushers == 0 {
@@ -336,10 +339,6 @@ func (co *coalescer) flusher(l *lane) {
 			}
 			co.mu.Unlock()
 			return
-		}
-		if co.closed {
-			co.failQueueLocked(l)
-			continue
 		}
 		n := min(len(l.queue), coalesceBatch)
 		batch := make([]*queued, 0, n)

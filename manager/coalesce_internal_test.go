@@ -474,3 +474,50 @@ func TestOrphanAfterStopJoinsClose(t *testing.T) {
 		t.Fatal("a token handed over after Close took the list was accepted: nothing would release it")
 	}
 }
+
+// A flusher that comes back from a batch after close, with commands queued
+// behind it, fails them with redis.ErrClosed and ends: it sends nothing
+// more and leaves the coalescer's lock free.
+func TestCoalescerFlusherEndsAfterClose(t *testing.T) {
+	mr := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	h := &holdHook{held: make(chan struct{}, 1), release: make(chan struct{})}
+	c.AddHook(h)
+	co := testCoalescer(c)
+	co.maxFlushers = 1 // the queued command waits for the one flusher
+	t.Cleanup(h.unhold)
+	h.hold.Store(true)
+	bg := context.Background()
+	first := make(chan error, 1)
+	go func() { first <- co.Process(bg, redis.NewStatusCmd(bg, "set", "k0", "v")) }()
+	<-h.held // the flusher's batch is in flight
+	ctx, cancel := context.WithTimeout(bg, 5*time.Second)
+	defer cancel()
+	second := make(chan error, 1)
+	go func() { second <- co.Process(ctx, redis.NewStatusCmd(ctx, "set", "k1", "v")) }()
+	for i := 0; co.queuedLen() != 1; i++ { // the queue has no signal: poll it, bounded
+		if i == 5000 {
+			t.Fatal("the second command did not queue within 5 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	closed, stop := context.WithCancel(bg)
+	stop()
+	co.close(closed) // marks the coalescer closed; does not wait
+	h.unhold()
+	if err := <-first; err != nil {
+		t.Fatalf("the command in flight at close: %v", err)
+	}
+	if err := <-second; !errors.Is(err, redis.ErrClosed) {
+		t.Fatalf("the command queued at close: %v, want redis.ErrClosed", err)
+	}
+	wctx, wcancel := context.WithTimeout(bg, 5*time.Second)
+	defer wcancel()
+	if n := co.run.wait(wctx); n != 0 {
+		t.Fatalf("%d flushers still running 5 s after the last batch", n)
+	}
+	if h.sends.Load() != 1 {
+		t.Fatalf("%d sends, want only the batch in flight at close", h.sends.Load())
+	}
+}
