@@ -85,13 +85,20 @@ func (h *holdHook) sent(last string) bool {
 	return false
 }
 
-func newHeldCoalescer(t *testing.T) (*coalescer, *holdHook) {
+// newHeldClient returns a client on a fresh miniredis with a holdHook.
+func newHeldClient(t *testing.T) (*redis.Client, *holdHook) {
 	t.Helper()
 	mr := miniredis.RunT(t)
 	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	t.Cleanup(func() { _ = c.Close() })
 	h := &holdHook{held: make(chan struct{}, 1), release: make(chan struct{})}
 	c.AddHook(h)
+	return c, h
+}
+
+func newHeldCoalescer(t *testing.T) (*coalescer, *holdHook) {
+	t.Helper()
+	c, h := newHeldClient(t)
 	co := testCoalescer(c)
 	t.Cleanup(func() { co.close(context.Background()) })
 	t.Cleanup(h.unhold) // first: a failed test may have sends held
@@ -315,11 +322,7 @@ func testCoalescer(c redis.UniversalClient) *coalescer {
 // does for any exchange still without a reply: the flusher outlives Close
 // until the batch ends.
 func TestCloseCountsBatchInFlight(t *testing.T) {
-	mr := miniredis.RunT(t)
-	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { _ = c.Close() })
-	h := &holdHook{held: make(chan struct{}, 1), release: make(chan struct{})}
-	c.AddHook(h)
+	c, h := newHeldClient(t)
 	m, err := New(context.Background(), c, WithStartupCheck(false))
 	if err != nil {
 		t.Fatal(err)
@@ -479,11 +482,7 @@ func TestOrphanAfterStopJoinsClose(t *testing.T) {
 // behind it, fails them with redis.ErrClosed and ends: it sends nothing
 // more and leaves the coalescer's lock free.
 func TestCoalescerFlusherEndsAfterClose(t *testing.T) {
-	mr := miniredis.RunT(t)
-	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	t.Cleanup(func() { _ = c.Close() })
-	h := &holdHook{held: make(chan struct{}, 1), release: make(chan struct{})}
-	c.AddHook(h)
+	c, h := newHeldClient(t)
 	co := testCoalescer(c)
 	co.maxFlushers = 1 // the queued command waits for the one flusher
 	t.Cleanup(h.unhold)
