@@ -270,7 +270,9 @@ func TestLostAcquireReplyDoesNotStrandKey(t *testing.T) {
 		if err == nil || errors.Is(err, manager.ErrNotAcquired) {
 			t.Fatalf("TryAcquire with a lost reply = %v, want the timeout", err)
 		}
-		if !mr.Exists("shardlock:{r}") {
+		// The key itself may be released already: the reaper runs in the
+		// background from the moment the attempt gives up.
+		if !hook.ranOK.Load() {
 			t.Fatal("injected fault did not run the command")
 		}
 		eventually(t, 2*time.Second, "orphaned key released", func() bool { return !mr.Exists("shardlock:{r}") })

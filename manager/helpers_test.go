@@ -78,6 +78,7 @@ type faultHook struct {
 	lostReply bool
 	n         atomic.Int64
 	seen      atomic.Int64 // commands of any name processed
+	ranOK     atomic.Bool  // a command whose reply was lost ran without an error reply
 }
 
 func (h *faultHook) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -87,7 +88,7 @@ func (h *faultHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		h.seen.Add(1)
 		if cmd.Name() == h.cmd && h.n.Add(-1) >= 0 {
 			if h.lostReply {
-				_ = next(ctx, cmd)
+				h.ranOK.Store(next(ctx, cmd) == nil)
 			}
 			cmd.SetErr(timeoutErr{})
 			return cmd.Err()
@@ -104,7 +105,7 @@ func (h *faultHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 		for _, cmd := range cmds {
 			if cmd.Name() == h.cmd && h.n.Add(-1) >= 0 {
 				if h.lostReply {
-					_ = next(ctx, cmds)
+					h.ranOK.Store(next(ctx, cmds) == nil)
 				}
 				for _, c := range cmds {
 					c.SetErr(timeoutErr{})
