@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shardlock/shardlock/internal/benchkit"
 	"github.com/shardlock/shardlock/internal/testenv"
 	"github.com/shardlock/shardlock/manager"
 )
@@ -55,7 +56,10 @@ func commandCalls(b *testing.B, c *redis.ClusterClient) int64 {
 // take one resource in turn, hold it 1 ms and ask again at once, every call
 // with its own deadline. Beside the default (release
 // notifications, local queues) runs the polling-only mode with 10 ms
-// jittered retries.
+// jittered retries. Beside the commands per acquisition it reports the CPU
+// time per acquisition of this process and of the cluster's servers
+// (masters and replicas, their idle load included: benchkit.Measure), which
+// say what the commands cost.
 func BenchmarkContendedHandoff(b *testing.B) {
 	addrs := testenv.ClusterAddrs(b)
 	admin := testenv.Cluster(b)
@@ -92,8 +96,10 @@ func benchHandoff(b *testing.B, addrs []string, admin *redis.ClusterClient, name
 			counts = make([]int, managers*perManager)
 			wg     sync.WaitGroup
 		)
+		servers := benchkit.ServersOf(b, admin)
 		before := commandCalls(b, admin)
 		b.ResetTimer()
+		measured := benchkit.Measure(servers)
 		for g := range managers * perManager {
 			m := ms[g%managers]
 			wg.Go(func() {
@@ -124,6 +130,7 @@ func benchHandoff(b *testing.B, addrs []string, admin *redis.ClusterClient, name
 		}
 		wg.Wait()
 		b.StopTimer()
+		measured(b, len(waits)) // per acquisition
 		calls := commandCalls(b, admin) - before
 		slices.Sort(waits)
 		pct := func(p float64) float64 {

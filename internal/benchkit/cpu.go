@@ -88,6 +88,15 @@ func usageOf(servers Servers) usage {
 	return u
 }
 
+// Measure starts measuring the CPU time of this process and of servers,
+// and the servers' read system calls; the function it returns reports them
+// per operation, for n operations since (client-cpu-us/op,
+// server-cpu-us/op and server-reads/op, as Run does).
+func Measure(servers Servers) (report func(b *testing.B, n int)) {
+	u0 := usageOf(servers)
+	return func(b *testing.B, n int) { usageOf(servers).report(b, u0, servers, n) }
+}
+
 // report reports the figures of a run of n operations from u0 to u.
 func (u usage) report(b *testing.B, u0 usage, servers Servers, n int) {
 	if u0.cpuOK && u.cpuOK {
