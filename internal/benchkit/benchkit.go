@@ -37,8 +37,8 @@ func Run(b *testing.B, servers Servers, g int, run string, op Op) {
 		mu   sync.Mutex
 		lat  = make([]time.Duration, 0, b.N)
 	)
-	u0 := usageOf(servers)
 	b.ResetTimer()
+	measured := Measure(servers)
 	for w := range g {
 		wg.Go(func() {
 			mine := make([]time.Duration, 0, b.N/g+1)
@@ -59,12 +59,11 @@ func Run(b *testing.B, servers Servers, g int, run string, op Op) {
 	}
 	wg.Wait()
 	b.StopTimer()
-	u := usageOf(servers)
 	if err, _ := fail.Load().(error); err != nil {
 		b.Fatal(err)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
-	u.report(b, u0, servers, b.N)
+	measured(b, b.N)
 	if len(lat) > 0 {
 		slices.Sort(lat)
 		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-acquire-us")
