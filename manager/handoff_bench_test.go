@@ -51,102 +51,152 @@ func commandCalls(b *testing.B, c *redis.ClusterClient) int64 {
 	return total
 }
 
-// BenchmarkContendedHandoff: 16 goroutines over 1, 4 and 16 managers (each
-// with its own cluster client, ContextTimeoutEnabled: a fleet of processes)
-// take one resource in turn, hold it 1 ms and ask again at once, every call
-// with its own deadline. Beside the default (release
-// notifications, local queues) runs the polling-only mode with 10 ms
-// jittered retries. Beside the commands per acquisition it reports the CPU
-// time per acquisition of this process and of the cluster's servers
-// (masters and replicas, their idle load included: benchkit.Measure), which
-// say what the commands cost.
+// handoffModes are the modes BenchmarkContendedHandoff compares: the
+// default (release notifications, local queues) and the polling-only mode
+// with 10 ms jittered retries.
+var handoffModes = []struct {
+	name string
+	opts []manager.Option
+}{
+	{"notify", nil},
+	{"polling", []manager.Option{manager.WithNotifications(false), manager.WithRetry(manager.LinearBackoff(10 * time.Millisecond))}},
+}
+
+// handoffOptions are the options of a manager of BenchmarkContendedHandoff
+// in mode: owner i's, the mode's, a TTL of 5 s.
+func handoffOptions(mode string, i int) []manager.Option {
+	opts := []manager.Option{manager.WithOwner(fmt.Sprintf("handoff-%d", i)), manager.WithTTL(5 * time.Second)}
+	for _, md := range handoffModes {
+		if md.name == mode {
+			opts = append(opts, md.opts...)
+		}
+	}
+	return opts
+}
+
+// BenchmarkContendedHandoff: 16 goroutines take one resource in turn, hold
+// it 1 ms and ask again at once, every call with its own deadline, in the
+// default mode and the polling-only mode. The goroutines are split over 1,
+// 4 and 16 managers of this process (each with its own cluster client,
+// ContextTimeoutEnabled), and over 4 and 16 processes of one manager each
+// (processes=N: child processes of the benchmark, each with its own Go
+// runtime, as a fleet's instances are). Beside the
+// commands per acquisition it reports the CPU time per acquisition of the
+// clients and of the cluster's servers (masters and replicas, their idle
+// load included: benchkit.Measure), which say what the commands cost.
 func BenchmarkContendedHandoff(b *testing.B) {
 	addrs := testenv.ClusterAddrs(b)
 	admin := testenv.Cluster(b)
-	modes := []struct {
-		name string
-		opts []manager.Option
-	}{
-		{"notify", nil},
-		{"polling", []manager.Option{manager.WithNotifications(false), manager.WithRetry(manager.LinearBackoff(10 * time.Millisecond))}},
-	}
 	for _, managers := range []int{1, 4, 16} {
-		for _, mode := range modes {
-			benchHandoff(b, addrs, admin, fmt.Sprintf("managers=%d/%s", managers, mode.name), managers, 16/managers, mode.opts)
+		for _, mode := range handoffModes {
+			benchHandoff(b, addrs, admin, fmt.Sprintf("managers=%d/%s", managers, mode.name), managers, 16/managers, mode.name)
+		}
+	}
+	for _, procs := range []int{4, 16} {
+		for _, mode := range handoffModes {
+			benchHandoffFleet(b, addrs, admin, fmt.Sprintf("processes=%d/%s", procs, mode.name), procs, 16/procs, mode.name)
 		}
 	}
 }
 
-// benchHandoff runs one split of BenchmarkContendedHandoff.
-func benchHandoff(b *testing.B, addrs []string, admin *redis.ClusterClient, name string, managers, perManager int, modeOpts []manager.Option) {
+// handoffTally is what the goroutines of a hand-over run measured: each
+// acquisition's wait, and how long the 1 ms holds lasted in all.
+type handoffTally struct {
+	Waits []time.Duration
+	Holds time.Duration
+}
+
+// handoffLoop is one goroutine of a hand-over run: while more() grants
+// another acquisition, it takes res through m, holds it 1 ms and releases
+// it, every call with its own deadline, recording into t.
+func handoffLoop(m *manager.Manager, res string, more func() bool, t *handoffTally) error {
+	for more() {
+		t0 := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		l, err := m.Acquire(ctx, res)
+		cancel()
+		w := time.Since(t0)
+		if err != nil {
+			return err
+		}
+		held := time.Now()
+		time.Sleep(time.Millisecond)
+		t.Holds += time.Since(held)
+		ctx, cancel = context.WithTimeout(context.Background(), time.Second)
+		_ = l.Release(ctx)
+		cancel()
+		t.Waits = append(t.Waits, w)
+	}
+	return nil
+}
+
+// benchHandoff runs one split of BenchmarkContendedHandoff in this process.
+func benchHandoff(b *testing.B, addrs []string, admin *redis.ClusterClient, name string, managers, perManager int, mode string) {
 	b.Run(name, func(b *testing.B) {
 		var ms []*manager.Manager
 		for i := range managers {
 			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
 			b.Cleanup(func() { _ = c.Close() })
-			opts := append([]manager.Option{manager.WithOwner(fmt.Sprintf("handoff-%d", i)), manager.WithTTL(5 * time.Second)}, modeOpts...)
-			ms = append(ms, newManager(b, c, opts...))
+			ms = append(ms, newManager(b, c, handoffOptions(mode, i)...))
 		}
 		res := testenv.Unique("handoff")
 		var (
-			next   atomic.Int64
-			mu     sync.Mutex
-			waits  []time.Duration
-			holds  time.Duration // the 1 ms sleeps, as long as they lasted
-			counts = make([]int, managers*perManager)
-			wg     sync.WaitGroup
+			next    atomic.Int64
+			tallies = make([]handoffTally, managers*perManager)
+			wg      sync.WaitGroup
 		)
 		servers := benchkit.ServersOf(b, admin)
 		before := commandCalls(b, admin)
 		b.ResetTimer()
 		measured := benchkit.Measure(servers)
-		for g := range managers * perManager {
-			m := ms[g%managers]
+		for g := range tallies {
 			wg.Go(func() {
-				for next.Add(1) <= int64(b.N) {
-					t0 := time.Now()
-					// Every call with its own deadline, as a service sets.
-					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-					l, err := m.Acquire(ctx, res)
-					cancel()
-					w := time.Since(t0)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					held := time.Now()
-					time.Sleep(time.Millisecond)
-					heldFor := time.Since(held)
-					ctx, cancel = context.WithTimeout(context.Background(), time.Second)
-					_ = l.Release(ctx)
-					cancel()
-					mu.Lock()
-					waits = append(waits, w)
-					holds += heldFor
-					counts[g]++
-					mu.Unlock()
+				more := func() bool { return next.Add(1) <= int64(b.N) }
+				if err := handoffLoop(ms[g%managers], res, more, &tallies[g]); err != nil {
+					b.Error(err)
 				}
 			})
 		}
 		wg.Wait()
 		b.StopTimer()
-		measured(b, len(waits)) // per acquisition
-		calls := commandCalls(b, admin) - before
-		slices.Sort(waits)
-		pct := func(p float64) float64 {
-			return float64(waits[min(len(waits)-1, int(p*float64(len(waits))))].Microseconds()) / 1000
-		}
-		b.ReportMetric(float64(len(waits))/b.Elapsed().Seconds(), "acq/s")
-		b.ReportMetric(pct(0.5), "p50-wait-ms")
-		b.ReportMetric(pct(0.99), "p99-wait-ms")
-		b.ReportMetric(float64(waits[len(waits)-1].Microseconds())/1000, "max-wait-ms")
-		b.ReportMetric(float64(slices.Min(counts)), "min-acq/goroutine")
-		b.ReportMetric(float64(slices.Max(counts)), "max-acq/goroutine")
-		b.ReportMetric(float64(calls)/float64(len(waits)), "cmds/acq")
-		// How long the 1 ms holds lasted: a sleep that other goroutines'
-		// network events interrupt ends late (the runtime waits at least
-		// a millisecond again for what is left of it).
-		b.ReportMetric(float64(holds.Microseconds())/1000/float64(len(waits)), "hold-mean-ms")
-		b.ReportMetric(0, "ns/op")
+		n := reportHandoff(b, admin, before, tallies)
+		measured(b, n) // per acquisition
 	})
+}
+
+// reportHandoff reports a hand-over run's figures from its goroutines'
+// tallies and the masters' command calls since before; it returns the
+// number of acquisitions.
+func reportHandoff(b *testing.B, admin *redis.ClusterClient, before int64, tallies []handoffTally) int {
+	calls := commandCalls(b, admin) - before
+	var (
+		waits  []time.Duration
+		holds  time.Duration
+		counts []int
+	)
+	for _, t := range tallies {
+		waits = append(waits, t.Waits...)
+		holds += t.Holds
+		counts = append(counts, len(t.Waits))
+	}
+	if len(waits) == 0 {
+		b.Fatal("no acquisition")
+	}
+	slices.Sort(waits)
+	pct := func(p float64) float64 {
+		return float64(waits[min(len(waits)-1, int(p*float64(len(waits))))].Microseconds()) / 1000
+	}
+	b.ReportMetric(float64(len(waits))/b.Elapsed().Seconds(), "acq/s")
+	b.ReportMetric(pct(0.5), "p50-wait-ms")
+	b.ReportMetric(pct(0.99), "p99-wait-ms")
+	b.ReportMetric(float64(waits[len(waits)-1].Microseconds())/1000, "max-wait-ms")
+	b.ReportMetric(float64(slices.Min(counts)), "min-acq/goroutine")
+	b.ReportMetric(float64(slices.Max(counts)), "max-acq/goroutine")
+	b.ReportMetric(float64(calls)/float64(len(waits)), "cmds/acq")
+	// How long the 1 ms holds lasted: a sleep that network events of the
+	// same process interrupt ends late (the runtime waits at least a
+	// millisecond again for what is left of it).
+	b.ReportMetric(float64(holds.Microseconds())/1000/float64(len(waits)), "hold-mean-ms")
+	b.ReportMetric(0, "ns/op")
+	return len(waits)
 }
