@@ -22,11 +22,10 @@ func SelfCPU() (time.Duration, bool) { return selfCPU() }
 func MeasureFleet(servers Servers) (report func(b *testing.B, n int, clients time.Duration)) {
 	u0 := usageOf(servers)
 	return func(b *testing.B, n int, clients time.Duration) {
-		u0, u := u0, usageOf(servers)
-		u0.self, u.self = 0, clients
-		if clients < 0 {
-			u.cpuOK = false
-		}
-		u.report(b, u0, servers, n)
+		// The fleet's CPU time stands in for this process's.
+		from, to := u0, usageOf(servers)
+		from.self, to.self = 0, clients
+		to.cpuOK = to.cpuOK && clients >= 0
+		to.report(b, from, servers, n)
 	}
 }
