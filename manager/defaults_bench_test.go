@@ -40,37 +40,17 @@ var benchTargets = []struct {
 func BenchmarkDefaults(b *testing.B) {
 	for _, target := range benchTargets {
 		b.Run(target.name, func(b *testing.B) {
-			clients := make([]redis.UniversalClient, 4)
-			for i := range clients {
-				clients[i] = target.client(b)
-				b.Cleanup(func() { _ = clients[i].Close() })
-			}
-			aps := make([]redis.UniversalClient, len(clients))
-			for i, c := range clients {
-				ap, err := c.AutoPipeline()
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { _ = ap.Close() })
-				aps[i] = ap
-			}
-			if err := compareAndDelete.Load(context.Background(), clients[0]).Err(); err != nil {
-				b.Fatal(err)
-			}
-			managers := make([]*manager.Manager, len(clients))
-			for i, c := range clients {
-				managers[i] = newManager(b, c)
-			}
-			servers := benchkit.ServersOf(b, clients[0])
+			f := newDefaultsFleet(b, target.client)
+			servers := benchkit.ServersOf(b, f.clients[0])
 			impls := []struct {
 				name string
 				op   benchkit.Op
 			}{
-				{"floor", floorTimed(clients[0])},
-				{"floor-autopipeline", floorTimed(aps[0])},
-				{"floor-autopipeline-4clients", floorTimed(aps...)},
-				{"shardlock", benchkit.Managers(managers[:1])},
-				{"shardlock-4managers", benchkit.Managers(managers)},
+				{"floor", floorTimed(f.clients[0])},
+				{"floor-autopipeline", floorTimed(f.aps[0])},
+				{"floor-autopipeline-4clients", floorTimed(f.aps...)},
+				{"shardlock", benchkit.Managers(f.managers[:1])},
+				{"shardlock-4managers", benchkit.Managers(f.managers)},
 			}
 			for _, g := range []int{1, 16, 64, 256} {
 				for _, impl := range impls {
@@ -82,6 +62,65 @@ func BenchmarkDefaults(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkDefaultsAlternating is BenchmarkDefaults' comparisons that
+// decide whether shardlock keeps up with the floors, each made with the two
+// sides alternating in slices of the same run (benchkit.Alternate), so that
+// both meet the same moments of a noisy machine: one manager against the
+// auto-pipelined floor on one client, four managers against it on four
+// clients (a fleet), and at 16 goroutines one manager against the plain
+// floor too. It reports both sides' ops/s and shardlock's ÷ the floor's.
+func BenchmarkDefaultsAlternating(b *testing.B) {
+	for _, target := range benchTargets {
+		b.Run(target.name, func(b *testing.B) {
+			f := newDefaultsFleet(b, target.client)
+			pairs := []struct {
+				name  string
+				lock  benchkit.Op
+				floor benchkit.Op
+				gs    []int
+			}{
+				{"1manager-vs-floor", benchkit.Managers(f.managers[:1]), floorTimed(f.clients[0]), []int{16}},
+				{"1manager-vs-autopipeline", benchkit.Managers(f.managers[:1]), floorTimed(f.aps[0]), []int{16, 64, 256}},
+				{"4managers-vs-4autopipelines", benchkit.Managers(f.managers), floorTimed(f.aps...), []int{16, 64, 256}},
+			}
+			for _, p := range pairs {
+				for _, g := range p.gs {
+					b.Run(fmt.Sprintf("%s/g=%d", p.name, g), func(b *testing.B) {
+						benchkit.Alternate(b, g, testenv.Unique("alt"), "shardlock", p.lock, "floor", p.floor)
+					})
+				}
+			}
+		})
+	}
+}
+
+// defaultsFleet is what BenchmarkDefaults compares: four clients made as a
+// service makes them, each also behind go-redis's AutoPipeline(), and a
+// manager with its defaults on each.
+type defaultsFleet struct {
+	clients, aps []redis.UniversalClient
+	managers     []*manager.Manager
+}
+
+func newDefaultsFleet(b *testing.B, client func(b *testing.B) redis.UniversalClient) defaultsFleet {
+	var f defaultsFleet
+	for range 4 {
+		c := client(b)
+		b.Cleanup(func() { _ = c.Close() })
+		ap, err := c.AutoPipeline()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = ap.Close() })
+		f.clients, f.aps = append(f.clients, c), append(f.aps, ap)
+		f.managers = append(f.managers, newManager(b, c))
+	}
+	if err := compareAndDelete.Load(context.Background(), f.clients[0]).Err(); err != nil {
+		b.Fatal(err)
+	}
+	return f
 }
 
 // BenchmarkDefaultsPaired is BenchmarkDefaults' one-goroutine shape with

@@ -30,24 +30,69 @@ type Op func(w int, run string) (time.Duration, error)
 // (server-cpu-us/op), and the servers' read system calls per operation
 // (server-reads/op), where the system reports them.
 func Run(b *testing.B, servers Servers, g int, run string, op Op) {
+	b.ResetTimer()
+	measured := Measure(servers)
+	lat, err := runOps(g, b.N, run, op)
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+	measured(b, b.N)
+	if len(lat) > 0 {
+		slices.Sort(lat)
+		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-acquire-us")
+	}
+}
+
+// Alternate compares two operations from g goroutines in the same
+// moments of a noisy machine: it runs them in turn, slices slices of
+// b.N/slices operations each (at least g), the order swapped every pair
+// (A B B A ...), and reports each one's ops/s over its own summed time
+// (aName-ops/s, bName-ops/s) and A's rate ÷ B's (aName/bName). Run's
+// figures come from separate seconds, between which this machine's speed
+// changes by more than the difference between two close implementations.
+func Alternate(b *testing.B, g int, run string, aName string, a Op, bName string, bOp Op) {
+	const slices = 10
+	per := max(b.N/slices, g)
+	var took [2]time.Duration
+	ops := [2]Op{a, bOp}
+	b.ResetTimer()
+	for i := range slices {
+		for _, j := range [2][2]int{{0, 1}, {1, 0}}[i%2] {
+			start := time.Now()
+			if _, err := runOps(g, per, run, ops[j]); err != nil {
+				b.Fatal(err)
+			}
+			took[j] += time.Since(start)
+		}
+	}
+	b.StopTimer()
+	n := float64(per * slices)
+	b.ReportMetric(n/took[0].Seconds(), aName+"-ops/s")
+	b.ReportMetric(n/took[1].Seconds(), bName+"-ops/s")
+	b.ReportMetric(took[1].Seconds()/took[0].Seconds(), aName+"/"+bName)
+}
+
+// runOps runs op n times in all from g goroutines, worker w as op's w,
+// and returns the durations of the acquire steps, or the first error.
+func runOps(g, n int, run string, op Op) ([]time.Duration, error) {
 	var (
 		next atomic.Int64
 		wg   sync.WaitGroup
 		fail atomic.Value
 		mu   sync.Mutex
-		lat  = make([]time.Duration, 0, b.N)
+		lat  = make([]time.Duration, 0, n)
 	)
-	b.ResetTimer()
-	measured := Measure(servers)
 	for w := range g {
 		wg.Go(func() {
-			mine := make([]time.Duration, 0, b.N/g+1)
+			mine := make([]time.Duration, 0, n/g+1)
 			defer func() {
 				mu.Lock()
 				lat = append(lat, mine...)
 				mu.Unlock()
 			}()
-			for next.Add(1) <= int64(b.N) {
+			for next.Add(1) <= int64(n) {
 				d, err := op(w, run)
 				if err != nil {
 					fail.CompareAndSwap(nil, err)
@@ -58,16 +103,8 @@ func Run(b *testing.B, servers Servers, g int, run string, op Op) {
 		})
 	}
 	wg.Wait()
-	b.StopTimer()
-	if err, _ := fail.Load().(error); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
-	measured(b, b.N)
-	if len(lat) > 0 {
-		slices.Sort(lat)
-		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-acquire-us")
-	}
+	err, _ := fail.Load().(error)
+	return lat, err
 }
 
 // Managers takes and releases through ms, worker w on manager w mod
