@@ -111,8 +111,8 @@ type coalescer struct {
 
 	mu          sync.Mutex
 	lanes       map[*redis.Client]*lane
-	flushers    int // running, over all lanes
-	maxFlushers int
+	flushers    *atomic.Int32 // running, over every coalescer that shares it (processFlushers)
+	maxFlushers int32
 	closed      bool
 
 	run inflight // flushers and re-sends
@@ -133,11 +133,11 @@ const (
 	// laneFlushers bounds a lane's pipelines in flight; another one
 	// starts when at least moreFlushersAt commands, and at least as many
 	// as the lane's last batch held, wait behind those in flight (every
-	// running flusher has its batch in flight), while the coalescer has
-	// fewer than flushersPerCPU x GOMAXPROCS in flight over all its
-	// lanes (see another). A few pipelines in flight keep both the
-	// server and the client busy; more make smaller batches, which cost
-	// the server more per command.
+	// running flusher has its batch in flight), while fewer than
+	// flushersPerCPU x GOMAXPROCS are in flight over all the lanes of
+	// every coalescer of the process (see another, processFlushers). A
+	// few pipelines in flight keep both the server and the client busy;
+	// more make smaller batches, which cost the server more per command.
 	laneFlushers   = 8
 	moreFlushersAt = 4
 	flushersPerCPU = 2
@@ -174,10 +174,16 @@ type queued struct {
 	done  chan struct{} // closed when the reply is in cmd
 }
 
+// processFlushers counts the flushers running in this process, over the
+// coalescers of all its managers: the bound on them comes from the
+// process's CPUs, so several managers in one process keep as many
+// pipelines in flight as one would, in larger batches.
+var processFlushers atomic.Int32
+
 // newCoalescer returns a coalescer for client c of topology t.
 func newCoalescer(c redis.UniversalClient, t *topology) *coalescer {
-	co := &coalescer{lanes: map[*redis.Client]*lane{}, maxFlushers: flushersPerCPU * runtime.GOMAXPROCS(0), own: honoursDeadlines(c),
-		cc: t.cc, one: t.one}
+	co := &coalescer{lanes: map[*redis.Client]*lane{}, flushers: &processFlushers,
+		maxFlushers: int32(flushersPerCPU * runtime.GOMAXPROCS(0)), own: honoursDeadlines(c), cc: t.cc, one: t.one}
 	co.scripter = scripter{c: c, process: co.Process}
 	return co
 }
@@ -220,11 +226,11 @@ func (co *coalescer) Process(ctx context.Context, cmd redis.Cmder) error {
 		// meanwhile to a flusher of their own.
 		l.flushers++
 		l.sending++
-		co.flushers++
+		co.flushers.Add(1)
 		co.mu.Unlock()
 		err := co.sendOwn(ctx, node, cmd)
 		co.mu.Lock()
-		co.flushers--
+		co.flushers.Add(-1)
 		l.sending--
 		l.flushers--
 		if co.closed {
@@ -232,7 +238,7 @@ func (co *coalescer) Process(ctx context.Context, cmd redis.Cmder) error {
 		}
 		if len(l.queue) > 0 {
 			l.flushers++
-			co.flushers++
+			co.flushers.Add(1)
 			co.run.goFn(func() { co.flusher(l) })
 		} else if l.flushers == 0 {
 			co.idle(l)
@@ -244,7 +250,7 @@ func (co *coalescer) Process(ctx context.Context, cmd redis.Cmder) error {
 	l.queue = append(l.queue, q)
 	if co.another(l) {
 		l.flushers++
-		co.flushers++
+		co.flushers.Add(1)
 		co.run.goFn(func() { co.flusher(l) })
 	}
 	co.mu.Unlock()
@@ -267,12 +273,14 @@ func (co *coalescer) Process(ctx context.Context, cmd redis.Cmder) error {
 // another reports whether lane l, with its queue as it is now, takes one
 // more flusher: when none runs; or when every one that runs has a batch in
 // flight, fewer than laneFlushers run (and fewer than maxFlushers over all
-// lanes), and at least moreFlushersAt commands, and as many as the lane's
-// last batch held, wait. A flusher between two batches takes the queue
-// itself: another one would split it into two smaller batches, which cost
-// the server more per command.
+// lanes of the coalescers that share co.flushers: a bound that coalescers
+// reaching it at the same moment may each pass by one), and at least
+// moreFlushersAt commands, and as many as the lane's last batch held, wait.
+// A flusher between two batches takes the queue itself: another one would
+// split it into two smaller batches, which cost the server more per
+// command.
 func (co *coalescer) another(l *lane) bool {
-	return l.flushers == 0 || (l.sending == l.flushers && l.flushers < laneFlushers && co.flushers < co.maxFlushers &&
+	return l.flushers == 0 || (l.sending == l.flushers && l.flushers < laneFlushers && co.flushers.Load() < co.maxFlushers &&
 		len(l.queue) >= max(moreFlushersAt, l.sent))
 }
 
@@ -333,7 +341,7 @@ func (co *coalescer) flusher(l *lane) {
 			co.failQueueLocked(l) // nothing is sent after close
 		}
 		if len(l.queue) == 0 {
-			co.flushers--
+			co.flushers.Add(-1)
 			if l.flushers--; l.flushers == 0 {
 				co.idle(l)
 			}

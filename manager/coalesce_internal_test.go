@@ -229,7 +229,8 @@ func TestCoalescerFlushersBounded(t *testing.T) {
 // smaller batches, which cost the server more per command). Behind a batch
 // in flight they do, up to the bounds.
 func TestCoalescerNoFlusherBesideOneBetweenBatches(t *testing.T) {
-	co := &coalescer{maxFlushers: 4, flushers: 1}
+	co := &coalescer{maxFlushers: 4, flushers: new(atomic.Int32)}
+	co.flushers.Store(1)
 	l := &lane{flushers: 1, queue: make([]*queued, 64), sent: 8}
 	if co.another(l) {
 		t.Fatal("a second flusher beside one between batches")
@@ -242,13 +243,40 @@ func TestCoalescerNoFlusherBesideOneBetweenBatches(t *testing.T) {
 	if co.another(l) {
 		t.Fatal("a second flusher for fewer commands than the last batch held")
 	}
-	co.flushers = co.maxFlushers
+	co.flushers.Store(co.maxFlushers)
 	l.queue = l.queue[:64]
 	if co.another(l) {
 		t.Fatal("a flusher beyond the coalescer's bound")
 	}
 	if !co.another(&lane{}) {
 		t.Fatal("no flusher for a lane without one")
+	}
+}
+
+// The bound on pipelines in flight is the process's (it comes from the
+// process's CPUs): several managers in one process share it, so that
+// together they keep as many in flight as one would, in larger batches.
+// Each lane still always gets its first flusher.
+func TestCoalescersShareTheProcessBound(t *testing.T) {
+	m1, _ := newMiniManager(t)
+	m2, _ := newMiniManager(t)
+	c1, c2 := m1.co, m2.co
+	if c1.flushers != &processFlushers || c2.flushers != &processFlushers {
+		t.Fatal("the managers' coalescers count their flushers apart from the process's")
+	}
+	shared := new(atomic.Int32)
+	c1.flushers, c2.flushers = shared, shared
+	busy := &lane{flushers: 1, sending: 1, queue: make([]*queued, 64)}
+	shared.Store(c1.maxFlushers) // all of them running for c1's lanes
+	if c2.another(busy) {
+		t.Fatal("another flusher for a second coalescer beyond the bound the first one filled")
+	}
+	if !c2.another(&lane{}) {
+		t.Fatal("no flusher for a lane without one")
+	}
+	shared.Store(c1.maxFlushers - 1)
+	if !c2.another(busy) {
+		t.Fatal("no second flusher behind a batch in flight under the bound")
 	}
 }
 
@@ -315,7 +343,9 @@ func testCoalescer(c redis.UniversalClient) *coalescer {
 	if err != nil {
 		panic(err)
 	}
-	return newCoalescer(c, t)
+	co := newCoalescer(c, t)
+	co.flushers = new(atomic.Int32) // its bound is not shared with other tests' coalescers
+	return co
 }
 
 // Close that ends while a batch is in flight says so in its error, as it
