@@ -3,7 +3,8 @@
 # cluster, ROUNDS times interleaved (so a slow moment of the machine hits
 # every implementation alike), and prints medians and ratios as Markdown.
 #
-#   scripts/bench.sh            # 5 rounds, 2 s per benchmark, BenchmarkDefaults and BenchmarkAcquireRelease
+#   scripts/bench.sh            # 5 rounds, 2 s per benchmark: BenchmarkDefaults (and its
+#                               # Paired and Alternating forms) and BenchmarkAcquireRelease
 #   ROUNDS=3 BENCHTIME=1s BENCH=Defaults/cluster scripts/bench.sh
 # Each round also runs the rueidis floor (bench/rueidis, a module of its
 # own) unless RUEIDIS=0.
