@@ -171,7 +171,30 @@ type queued struct {
 	cmd   redis.Cmder
 	once  noRetry // cmd as sent: &once is a redis.Cmder without an allocation of its own
 	state atomic.Int32
-	done  chan struct{} // closed when the reply is in cmd
+	done  chan struct{} // one value when the reply is in cmd (answer); buffered, so answering never blocks
+}
+
+// queuedPool keeps the queued commands whose callers have taken their
+// answer: a command's entry and its channel are made once and serve many
+// commands. An entry whose caller left before the answer is never put
+// back (the flusher may still hold it, and its answer may still come).
+var queuedPool = sync.Pool{New: func() any { return &queued{done: make(chan struct{}, 1)} }}
+
+func newQueued(ctx context.Context, cmd redis.Cmder) *queued {
+	q := queuedPool.Get().(*queued)
+	q.ctx, q.cmd, q.once = ctx, cmd, noRetry{cmd}
+	return q
+}
+
+// answer hands q's caller its reply, once.
+func (q *queued) answer() { q.done <- struct{}{} }
+
+// recycle puts q back in the pool once its caller has taken the answer:
+// nothing else refers to it then.
+func (q *queued) recycle() {
+	q.ctx, q.cmd, q.once = nil, nil, noRetry{}
+	q.state.Store(queuedWaiting)
+	queuedPool.Put(q)
 }
 
 // processFlushers counts the flushers running in this process, over the
@@ -246,7 +269,7 @@ func (co *coalescer) Process(ctx context.Context, cmd redis.Cmder) error {
 		co.mu.Unlock()
 		return err
 	}
-	q := &queued{ctx: ctx, cmd: cmd, once: noRetry{cmd}, done: make(chan struct{})}
+	q := newQueued(ctx, cmd)
 	l.queue = append(l.queue, q)
 	if co.another(l) {
 		l.flushers++
@@ -256,6 +279,7 @@ func (co *coalescer) Process(ctx context.Context, cmd redis.Cmder) error {
 	co.mu.Unlock()
 	select {
 	case <-q.done:
+		q.recycle()
 		return cmd.Err()
 	case <-ctx.Done():
 	}
@@ -267,6 +291,7 @@ func (co *coalescer) Process(ctx context.Context, cmd redis.Cmder) error {
 		return &abandonedError{cause: ctx.Err()}
 	}
 	<-q.done // answered meanwhile
+	q.recycle()
 	return cmd.Err()
 }
 
@@ -376,7 +401,7 @@ func (co *coalescer) failQueueLocked(l *lane) {
 	for _, q := range l.queue {
 		if q.state.CompareAndSwap(queuedWaiting, queuedSent) {
 			q.cmd.SetErr(redis.ErrClosed)
-			close(q.done)
+			q.answer()
 		}
 	}
 	l.queue = nil
@@ -402,7 +427,7 @@ func (co *coalescer) send(node *redis.Client, batch []*queued) {
 		if co.sendsAgain(q.ctx, q.cmd.Err()) {
 			co.run.goFn(func() { co.resend(q) })
 		} else {
-			close(q.done)
+			q.answer()
 		}
 	}
 }
@@ -411,7 +436,7 @@ func (co *coalescer) send(node *redis.Client, batch []*queued) {
 // until its caller leaves (the command then did not run: nothing about it
 // is ambiguous, though its caller settles it as if it were).
 func (co *coalescer) resend(q *queued) {
-	defer close(q.done)
+	defer q.answer()
 	co.sendAgain(q.ctx, q.cmd, func() bool { return q.state.Load() == queuedSent })
 }
 

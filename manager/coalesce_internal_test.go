@@ -186,6 +186,82 @@ func TestCoalescerDeadlines(t *testing.T) {
 	}
 }
 
+// A queued command's entry is reused for a later command only after its
+// caller took the answer. The entry of a caller that left while its
+// command was in flight still gets that command's answer, and the entry
+// of one that left while it was queued stays in the queue until a flusher
+// passes it. Reused, the first wakes a later caller before its reply; the
+// second is taken by the flusher while its new caller refills it (a nil
+// command, seen with -race).
+func TestCoalescerReusesNoEntryOfALeftCaller(t *testing.T) {
+	co, h := newHeldCoalescer(t)
+	co.maxFlushers = 1
+	h.hold.Store(true)
+	bg := context.Background()
+	// Contexts without deadlines: the commands queue for the flusher
+	// (a lone caller with a deadline sends its own).
+	inCtx, inCancel := context.WithCancel(bg)
+	inFlight := make(chan error, 1)
+	go func() { inFlight <- co.Process(inCtx, redis.NewStatusCmd(bg, "set", "a", "in-flight")) }()
+	<-h.held
+	qCtx, qCancel := context.WithCancel(bg)
+	queuedErr := make(chan error, 1)
+	go func() { queuedErr <- co.Process(qCtx, redis.NewStatusCmd(bg, "set", "b", "queued")) }()
+	for i := 0; co.queuedLen() < 1; i++ { // no signal for "queued": poll, bounded
+		if i == 5000 {
+			t.Fatal("the second command is not queued after 5 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	inCancel()
+	if err := <-inFlight; !isAbandoned(err) {
+		t.Fatalf("in-flight command: %v, want an abandoned call", err)
+	}
+	qCancel()
+	if err := <-queuedErr; !errors.Is(err, context.Canceled) || isAbandoned(err) {
+		t.Fatalf("queued command: %v, want the context's error", err)
+	}
+	// Later callers, queued behind the held batch.
+	const n = 8
+	cmds := make([]*redis.StatusCmd, n)
+	errs := make(chan error, n)
+	for i := range cmds {
+		cmds[i] = redis.NewStatusCmd(bg, "set", fmt.Sprintf("k%d", i), fmt.Sprintf("later-%d", i))
+		go func() { errs <- co.Process(bg, cmds[i]) }()
+	}
+	for i := 0; co.queuedLen() < n+1; i++ {
+		if i == 5000 {
+			t.Fatalf("%d of %d later commands queued after 5 s", co.queuedLen()-1, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	h.unhold()
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, cmd := range cmds {
+		if cmd.Val() != "OK" {
+			t.Fatalf("later command %d returned before its reply (value %q)", i, cmd.Val())
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	counts := map[string]int{}
+	for _, name := range h.sentNames {
+		counts[name]++
+	}
+	for i := range n {
+		if c := counts[fmt.Sprintf("later-%d", i)]; c != 1 {
+			t.Fatalf("later command %d sent %d times", i, c)
+		}
+	}
+	if counts["queued"] != 0 {
+		t.Fatal("the command of a caller that left before it was sent was sent")
+	}
+}
+
 // A queue that grows behind a pipeline in flight gets more flushers, up to
 // the coalescer's bound, and no more.
 func TestCoalescerFlushersBounded(t *testing.T) {
