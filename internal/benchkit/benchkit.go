@@ -52,6 +52,7 @@ func Run(b *testing.B, servers Servers, g int, run string, op Op) {
 // (aName-ops/s, bName-ops/s) and A's rate ÷ B's (aName/bName). Run's
 // figures come from separate seconds, between which this machine's speed
 // changes by more than the difference between two close implementations.
+// It reports no ns/op: its operations are not b.N.
 func Alternate(b *testing.B, g int, run string, aName string, a Op, bName string, bOp Op) {
 	const slices = 10
 	per := max(b.N/slices, g)
@@ -72,6 +73,7 @@ func Alternate(b *testing.B, g int, run string, aName string, a Op, bName string
 	b.ReportMetric(n/took[0].Seconds(), aName+"-ops/s")
 	b.ReportMetric(n/took[1].Seconds(), bName+"-ops/s")
 	b.ReportMetric(took[1].Seconds()/took[0].Seconds(), aName+"/"+bName)
+	b.ReportMetric(0, "ns/op") // suppresses it (see testing.B.ReportMetric)
 }
 
 // runOps runs op n times in all from g goroutines, worker w as op's w,
