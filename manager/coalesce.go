@@ -420,7 +420,9 @@ func (co *coalescer) send(node *redis.Client, batch []*queued) {
 			_ = pipe.Process(bg, &q.once)
 		}
 		if _, err := pipe.Exec(bg); err != nil && !isReply(err) {
-			unstamp(batch)
+			for _, q := range batch {
+				unstamp(q.cmd)
+			}
 		}
 	}
 	for _, q := range batch {
@@ -518,29 +520,27 @@ func (co *coalescer) isClosed() bool {
 }
 
 // unstamp clears the connection error go-redis stamps on every command of
-// a pipeline that failed, from the commands whose replies were read before
-// it failed: a reply leaves a value behind. (A reply that leaves no value,
-// an empty string say, keeps the error: it counts as unanswered, which is
-// never wrong, only less precise.)
-func unstamp(batch []*queued) {
-	for _, q := range batch {
-		if err := q.cmd.Err(); err == nil || isReply(err) || errors.Is(err, redis.Nil) {
-			continue
-		}
-		var answered bool
-		switch c := q.cmd.(type) {
-		case *redis.Cmd:
-			answered = c.Val() != nil
-		case *redis.StatusCmd:
-			answered = c.Val() != ""
-		case *redis.StringCmd:
-			answered = c.Val() != ""
-		case *redis.IntCmd:
-			answered = c.Val() != 0
-		}
-		if answered {
-			q.cmd.SetErr(nil)
-		}
+// a pipeline that failed, from cmd if its reply was read before the
+// pipeline failed: a reply leaves a value behind. (A reply that leaves no
+// value, an empty string say, keeps the error: it counts as unanswered,
+// which is never wrong, only less precise.)
+func unstamp(cmd redis.Cmder) {
+	if err := cmd.Err(); err == nil || isReply(err) || errors.Is(err, redis.Nil) {
+		return
+	}
+	var answered bool
+	switch c := cmd.(type) {
+	case *redis.Cmd:
+		answered = c.Val() != nil
+	case *redis.StatusCmd:
+		answered = c.Val() != ""
+	case *redis.StringCmd:
+		answered = c.Val() != ""
+	case *redis.IntCmd:
+		answered = c.Val() != 0
+	}
+	if answered {
+		cmd.SetErr(nil)
 	}
 }
 

@@ -23,8 +23,9 @@ import (
 //   - a command on key "hold" is answered only after release is closed;
 //     held is signalled when it is read.
 //
-// SET k v [NX] and GET k do what Redis does; HELLO is refused (go-redis
-// then speaks RESP2); anything else is answered OK.
+// SET k v [NX] and GET k do what Redis does; EVALSHA sha n k ... (its key
+// is k, for the traps and the log) is answered 1; HELLO is refused
+// (go-redis then speaks RESP2); anything else is answered OK.
 type fakeRESP struct {
 	tb      testing.TB
 	ln      net.Listener
@@ -136,9 +137,17 @@ func (f *fakeRESP) answer(args []string) (string, bool) {
 	if len(args) > 1 {
 		key = args[1]
 	}
-	if name == "SET" || name == "GET" {
+	if name == "EVALSHA" && len(args) > 3 {
+		key = args[3]
+	}
+	switch name {
+	case "SET", "GET":
 		f.mu.Lock()
 		f.log = append(f.log, strings.Join(args[:min(len(args), 3)], " "))
+		f.mu.Unlock()
+	case "EVALSHA":
+		f.mu.Lock()
+		f.log = append(f.log, "evalsha "+key)
 		f.mu.Unlock()
 	}
 	switch {
@@ -157,6 +166,8 @@ func (f *fakeRESP) answer(args []string) (string, bool) {
 		return "-ERR unknown command 'HELLO'\r\n", true
 	case "PING":
 		return "+PONG\r\n", true
+	case "EVALSHA":
+		return ":1\r\n", true
 	case "GET":
 		v, ok := f.keys[key]
 		if !ok {

@@ -176,29 +176,77 @@ type scriptCall struct {
 }
 
 // runBatch sends calls in one pipeline per node (a cluster client splits a
-// pipeline by node and runs the parts concurrently). Calls that meet
-// NOSCRIPT (a failover or SCRIPT FLUSH emptied a node's script cache) are
-// sent once more with EVAL. Each call's result is in its cmd.
+// pipeline by node and runs the parts concurrently), each command once:
+// go-redis's pipelines send a node's whole batch again after a lost
+// connection or a "not now" reply at its head, answered commands included,
+// so its retries are off for them (noRetry). After a connection error the
+// calls whose replies were read keep them, and only the others carry the
+// error, for the caller to settle as ambiguous. A call whose reply says it
+// did not run is sent again, with the others like it, after a short pause
+// ("not now", a redirect; a bounded number of times, while ctx lasts), and
+// one that meets NOSCRIPT (a failover or SCRIPT FLUSH emptied a node's
+// script cache) with EVAL. Each call's result is in its cmd.
 func runBatch(ctx context.Context, c redis.UniversalClient, calls []scriptCall) {
-	pipe := c.Pipeline()
-	for i := range calls {
-		calls[i].cmd = pipe.EvalSha(ctx, calls[i].script.Hash(), calls[i].keys, calls[i].args...)
-	}
-	_, _ = pipe.Exec(ctx)
-	var again []int
-	for i := range calls {
-		if hasReplyPrefix(calls[i].cmd.Err(), "NOSCRIPT") {
-			again = append(again, i)
+	cc, _ := c.(*redis.ClusterClient)
+	eval := make([]bool, len(calls)) // NOSCRIPT met: send the script itself
+	send := func(idx []int) {
+		pipe := c.Pipeline()
+		queue := scripter{c: c, process: func(ctx context.Context, cmd redis.Cmder) error {
+			return pipe.Process(ctx, noRetry{cmd})
+		}}
+		for _, i := range idx {
+			cl := &calls[i]
+			if eval[i] {
+				cl.cmd = cl.script.Eval(ctx, queue, cl.keys, cl.args...)
+			} else {
+				cl.cmd = queue.EvalSha(ctx, cl.script.Hash(), cl.keys, cl.args...)
+			}
+		}
+		if _, err := pipe.Exec(ctx); err != nil && !isReply(err) {
+			for _, i := range idx {
+				unstamp(calls[i].cmd)
+			}
 		}
 	}
-	if len(again) == 0 {
-		return
+	idx := make([]int, len(calls))
+	for i := range idx {
+		idx[i] = i
 	}
-	pipe = c.Pipeline()
-	for _, i := range again {
-		calls[i].cmd = calls[i].script.Eval(ctx, pipe, calls[i].keys, calls[i].args...)
+	pause := resendPause
+	for try := 0; ; try++ {
+		send(idx)
+		var again []int
+		wait := false
+		for _, i := range idx {
+			err := calls[i].cmd.Err()
+			switch {
+			case hasReplyPrefix(err, "NOSCRIPT") && !eval[i]:
+				eval[i] = true
+			case isNotNow(err) || (cc != nil && isRedirect(err)):
+				wait = true
+				if cc != nil && needsReload(err) {
+					cc.ReloadState(context.Background()) // lazy: go-redis reloads once, in the background
+				}
+			default:
+				continue
+			}
+			again = append(again, i)
+		}
+		if len(again) == 0 || try == maxResends {
+			return
+		}
+		if wait {
+			t := time.NewTimer(pause)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return
+			}
+			pause = min(2*pause, resendPauseMax)
+		}
+		idx = again
 	}
-	_, _ = pipe.Exec(ctx)
 }
 
 // startupCheck checks that every master is new enough and preloads the

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/shardlock/shardlock/internal/scripts"
 )
 
 // fakeCluster returns a cluster client whose one master, owning every
@@ -193,5 +195,62 @@ func TestOnceNeverRetries(t *testing.T) {
 		if n := f.count(c); n != 1 {
 			t.Fatalf("%q reached the server %d times, want 1", c, n)
 		}
+	}
+}
+
+// The calls shardlock pipelines through the client itself (a multi-slot
+// acquire's groups, Close's and a MultiLock's releases, the watchdog's
+// renewals) are sent once each too: after a TRYAGAIN at the head of a
+// node's batch, only the TRYAGAIN'd call is sent again; after a connection
+// cut, the answered call keeps its reply and only the unanswered ones
+// carry the error, none of them sent again.
+func TestRunBatchSendsEachCallOnce(t *testing.T) {
+	calls := func(keys ...string) []scriptCall {
+		out := make([]scriptCall, len(keys))
+		for i, k := range keys {
+			out[i] = scriptCall{script: scripts.Extend, keys: []string{k}, args: []any{"token", "1000"}}
+		}
+		return out
+	}
+	for _, kind := range []string{"cluster", "standalone"} {
+		client := func(f *fakeRESP) redis.UniversalClient {
+			if kind == "cluster" {
+				return fakeCluster(t, f)
+			}
+			return fakeStandalone(t, f)
+		}
+		t.Run(kind+"/tryagain", func(t *testing.T) {
+			f := startFakeRESP(t)
+			cs := calls("tryagain", "k")
+			runBatch(testCtx(t), client(f), cs)
+			for i, c := range cs {
+				if v, err := c.cmd.Int64(); err != nil || v != 1 {
+					t.Fatalf("call %d: %v, %v", i, v, err)
+				}
+			}
+			for k, want := range map[string]int{"tryagain": 2, "k": 1} {
+				if n := f.count("evalsha " + k); n != want {
+					t.Fatalf("the call on %q reached the server %d times, want %d (a TRYAGAIN'd call: refused, then run)", k, n, want)
+				}
+			}
+		})
+		t.Run(kind+"/cut", func(t *testing.T) {
+			f := startFakeRESP(t)
+			cs := calls("a", "cut", "c")
+			runBatch(testCtx(t), client(f), cs)
+			if v, err := cs[0].cmd.Int64(); err != nil || v != 1 {
+				t.Fatalf("the answered call: %v, %v", v, err)
+			}
+			for i, c := range cs[1:] {
+				if !isAmbiguous(c.cmd.Err()) {
+					t.Fatalf("unanswered call %d: %v, want an error whose outcome is unknown", i+1, c.cmd.Err())
+				}
+			}
+			for k, want := range map[string]int{"a": 1, "cut": 1, "c": 0} {
+				if n := f.count("evalsha " + k); n != want {
+					t.Fatalf("the call on %q reached the server %d times, want %d", k, n, want)
+				}
+			}
+		})
 	}
 }
