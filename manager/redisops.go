@@ -235,15 +235,8 @@ func runBatch(ctx context.Context, c redis.UniversalClient, calls []scriptCall) 
 		if len(again) == 0 || try == maxResends {
 			return
 		}
-		if wait {
-			t := time.NewTimer(pause)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-				return
-			}
-			pause = min(2*pause, resendPauseMax)
+		if wait && !resendPauseFor(ctx, &pause) {
+			return
 		}
 		idx = again
 	}
