@@ -190,9 +190,9 @@ func TestCoalescerDeadlines(t *testing.T) {
 // caller took the answer. The entry of a caller that left while its
 // command was in flight still gets that command's answer, and the entry
 // of one that left while it was queued stays in the queue until a flusher
-// passes it. Reused, the first wakes a later caller before its reply; the
-// second is taken by the flusher while its new caller refills it (a nil
-// command, seen with -race).
+// passes it. Reused, either is refilled by a later caller while the
+// flusher still holds it: the flusher then meets a nil command, or answers
+// the later caller before its reply.
 func TestCoalescerReusesNoEntryOfALeftCaller(t *testing.T) {
 	co, h := newHeldCoalescer(t)
 	co.maxFlushers = 1
