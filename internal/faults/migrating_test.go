@@ -374,6 +374,62 @@ func TestBatchThroughMigratingSlot(t *testing.T) {
 	}
 }
 
+// A MultiLock with a part in a migrating slot is taken, extended and
+// released while the slot migrates. Its groups go out in one pipeline per
+// node with go-redis's retries off (each call sent once): the source
+// answers ASK for the part's free key, and the pipeline follows it to the
+// target, where the part is then taken and released.
+func TestMultiThroughMigratingSlot(t *testing.T) {
+	ctx, addrs, admin := migrationSetup(t)
+	replies := &workload{}
+	m := hookedManager(t, ctx, addrs, replyHook{replies}, manager.WithOwner("multi"))
+	other := hookedManager(t, ctx, addrs, nil, manager.WithOwner("other"))
+	tag := testenv.Unique("migmulti")
+	moving, err := sharding.Group(tag, "moving")
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy, err := sharding.Group(tag, "busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	staying := testenv.Unique("migmulti-stays")
+	movingKey, _ := sharding.LockKey(sharding.DefaultPrefix, moving)
+	stayingKey, _ := sharding.LockKey(sharding.DefaultPrefix, staying)
+	if sharding.Slot(movingKey) == sharding.Slot(stayingKey) {
+		t.Fatal("the two parts share a slot")
+	}
+	held, src, dst := migratingUnder(t, ctx, addrs, admin, other, busy)
+
+	actx, acancel := context.WithTimeout(ctx, 3*time.Second)
+	ml, err := m.TryAcquireMulti(actx, []string{moving, staying})
+	acancel()
+	if err != nil {
+		t.Fatalf("the MultiLock, a part's slot migrating: %v (replies met: %v)", err, replies.replies)
+	}
+	if replies.saw("ASK") == 0 {
+		t.Fatalf("no ASK met: the slot is not migrating (replies met: %v)", replies.replies)
+	}
+	if !importedKey(t, ctx, dst, movingKey) {
+		t.Errorf("%s is not on the slot's target", movingKey)
+	}
+	if n := src.Exists(ctx, movingKey).Val(); n != 0 {
+		t.Errorf("%s is on the slot's source too", movingKey)
+	}
+	if err := ml.Extend(ctx, 5*time.Second); err != nil {
+		t.Fatalf("extend: %v", err)
+	}
+	if err := ml.Release(ctx); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	if importedKey(t, ctx, dst, movingKey) {
+		t.Errorf("%s is still on the slot's target after the release", movingKey)
+	}
+	if err := held.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A fenced lock or batch whose slot migrates is taken while the slot is in
 // MIGRATING/IMPORTING, whether its fence counters are still on the source
 // or already on the target: Redis answers TRYAGAIN to the fenced acquire
