@@ -385,14 +385,7 @@ func TestMultiThroughMigratingSlot(t *testing.T) {
 	m := hookedManager(t, ctx, addrs, replyHook{replies}, manager.WithOwner("multi"))
 	other := hookedManager(t, ctx, addrs, nil, manager.WithOwner("other"))
 	tag := testenv.Unique("migmulti")
-	moving, err := sharding.Group(tag, "moving")
-	if err != nil {
-		t.Fatal(err)
-	}
-	busy, err := sharding.Group(tag, "busy")
-	if err != nil {
-		t.Fatal(err)
-	}
+	moving, busy := "{"+tag+"}:moving", "{"+tag+"}:busy" // one slot
 	staying := testenv.Unique("migmulti-stays")
 	movingKey, _ := sharding.LockKey(sharding.DefaultPrefix, moving)
 	stayingKey, _ := sharding.LockKey(sharding.DefaultPrefix, staying)
