@@ -452,8 +452,15 @@ func (co *coalescer) sendAgain(ctx context.Context, cmd redis.Cmder, wanted func
 		if isTryAgain(cmd.Err()) && fallsBackOnTryAgain(ctx) {
 			return // its caller has another way (see withTryAgainFallback)
 		}
-		if isNotNow(cmd.Err()) && !resendPauseFor(ctx, &pause) {
-			return
+		if isNotNow(cmd.Err()) {
+			t := time.NewTimer(pause)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return
+			}
+			pause = min(2*pause, resendPauseMax)
 		}
 		if !wanted() || co.isClosed() {
 			return
@@ -483,20 +490,6 @@ func (co *coalescer) sendOwn(ctx context.Context, node *redis.Client, cmd redis.
 		err = cmd.Err()
 	}
 	return err
-}
-
-// resendPauseFor waits *pause before a re-send, then doubles *pause up to
-// resendPauseMax; it returns false, at once, when ctx ends first.
-func resendPauseFor(ctx context.Context, pause *time.Duration) bool {
-	t := time.NewTimer(*pause)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-		return false
-	}
-	*pause = min(2**pause, resendPauseMax)
-	return true
 }
 
 // resendable reports whether a command whose send ended with err is to be

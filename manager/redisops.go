@@ -179,24 +179,21 @@ type scriptCall struct {
 // pipeline by node and runs the parts concurrently), each command once:
 // go-redis's pipelines send a node's whole batch again after a lost
 // connection or a "not now" reply at its head, answered commands included,
-// so its retries are off for them (noRetry). After a connection error the
-// calls whose replies were read keep them, and only the others carry the
-// error, for the caller to settle as ambiguous. A call whose reply says it
-// did not run is sent again, with the others like it, after a short pause
-// ("not now", a redirect; a bounded number of times, while ctx lasts), and
-// one that meets NOSCRIPT (a failover or SCRIPT FLUSH emptied a node's
-// script cache) with EVAL. Each call's result is in its cmd.
+// so its retries are off for them (noRetry); redirects are still followed.
+// After a connection error the calls whose replies were read keep them,
+// and only the others carry the error. Calls that meet NOSCRIPT (a
+// failover or SCRIPT FLUSH emptied a node's script cache) are sent once
+// more with EVAL. Each call's result is in its cmd; its caller retries what
+// is transient (a "not now" reply, a lost connection: ambiguous).
 func runBatch(ctx context.Context, c redis.UniversalClient, calls []scriptCall) {
-	cc, _ := c.(*redis.ClusterClient)
-	eval := make([]bool, len(calls)) // NOSCRIPT met: send the script itself
-	send := func(idx []int) {
+	send := func(idx []int, eval bool) {
 		pipe := c.Pipeline()
 		queue := scripter{c: c, process: func(ctx context.Context, cmd redis.Cmder) error {
 			return pipe.Process(ctx, noRetry{cmd})
 		}}
 		for _, i := range idx {
 			cl := &calls[i]
-			if eval[i] {
+			if eval {
 				cl.cmd = cl.script.Eval(ctx, queue, cl.keys, cl.args...)
 			} else {
 				cl.cmd = queue.EvalSha(ctx, cl.script.Hash(), cl.keys, cl.args...)
@@ -208,37 +205,19 @@ func runBatch(ctx context.Context, c redis.UniversalClient, calls []scriptCall) 
 			}
 		}
 	}
-	idx := make([]int, len(calls))
-	for i := range idx {
-		idx[i] = i
+	all := make([]int, len(calls))
+	for i := range all {
+		all[i] = i
 	}
-	pause := resendPause
-	for try := 0; ; try++ {
-		send(idx)
-		var again []int
-		wait := false
-		for _, i := range idx {
-			err := calls[i].cmd.Err()
-			switch {
-			case hasReplyPrefix(err, "NOSCRIPT") && !eval[i]:
-				eval[i] = true
-			case isNotNow(err) || (cc != nil && isRedirect(err)):
-				wait = true
-				if cc != nil && needsReload(err) {
-					cc.ReloadState(context.Background()) // lazy: go-redis reloads once, in the background
-				}
-			default:
-				continue
-			}
+	send(all, false)
+	var again []int
+	for i := range calls {
+		if hasReplyPrefix(calls[i].cmd.Err(), "NOSCRIPT") {
 			again = append(again, i)
 		}
-		if len(again) == 0 || try == maxResends {
-			return
-		}
-		if wait && !resendPauseFor(ctx, &pause) {
-			return
-		}
-		idx = again
+	}
+	if len(again) > 0 {
+		send(again, true)
 	}
 }
 
