@@ -183,8 +183,11 @@ type scriptCall struct {
 // After a connection error the calls whose replies were read keep them,
 // and only the others carry the error. Calls that meet NOSCRIPT (a
 // failover or SCRIPT FLUSH emptied a node's script cache) are sent once
-// more with EVAL. Each call's result is in its cmd; its caller retries what
-// is transient (a "not now" reply, a lost connection: ambiguous).
+// more with EVAL. Each call's result is in its cmd; its caller settles a
+// call that did not run ("not now") or whose outcome is unknown (a lost
+// connection): a release or renewal retries it while the lock is valid, a
+// MultiLock acquire gives the group's token to the reaper, or tries again
+// if it waits.
 func runBatch(ctx context.Context, c redis.UniversalClient, calls []scriptCall) {
 	send := func(idx []int, eval bool) {
 		pipe := c.Pipeline()
