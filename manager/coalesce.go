@@ -287,12 +287,11 @@ func (co *coalescer) Process(ctx context.Context, cmd redis.Cmder) error {
 		cmd.SetErr(ctx.Err()) // never sent: the flusher skips it
 		return ctx.Err()
 	}
-	if q.state.CompareAndSwap(queuedSent, queuedLeft) {
-		return &abandonedError{cause: ctx.Err()}
-	}
-	<-q.done // answered meanwhile
-	q.recycle()
-	return cmd.Err()
+	// A flusher has taken it (queuedSent, which only its caller changes
+	// after that): its answer may still come, to nobody. The entry is
+	// never recycled.
+	q.state.Store(queuedLeft)
+	return &abandonedError{cause: ctx.Err()}
 }
 
 // another reports whether lane l, with its queue as it is now, takes one
