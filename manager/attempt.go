@@ -60,6 +60,10 @@ func (m *Manager) send(ctx context.Context, deadline time.Time, a attemptArgs) (
 	if direct(ctx, deadline, bounds) {
 		return m.attemptSettled(ctx, &a)
 	}
+	if nctx, cancel := narrow(ctx, deadline, bounds); nctx != nil {
+		defer cancel()
+		return m.attemptSettled(nctx, &a)
+	}
 	b := a // captured by the exchange's goroutine; a stays on the stack
 	return exchangeOn(m, bounds, ctx, deadline, func(ctx context.Context) (attemptResult, error) {
 		return m.attemptSettled(ctx, &b)

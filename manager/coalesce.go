@@ -215,9 +215,9 @@ func newCoalescer(c redis.UniversalClient, t *topology) *coalescer {
 // cmd's error; ctx's error when cmd was not sent (nothing about it is
 // ambiguous); an *abandonedError when cmd was sent but ctx ended first
 // (then cmd belongs to the coalescer: do not read it). When nothing is in
-// flight to cmd's server, ctx has a deadline and the client bounds a
-// command by it (ContextTimeoutEnabled), the caller sends cmd itself: one
-// goroutine hop less for a lone caller.
+// flight to cmd's server, and ctx has a deadline the client bounds a
+// command by (ContextTimeoutEnabled) or ctx never ends, the caller sends
+// cmd itself: one goroutine hop less for a lone caller.
 func (co *coalescer) Process(ctx context.Context, cmd redis.Cmder) error {
 	if err := ctx.Err(); err != nil {
 		cmd.SetErr(err)
@@ -243,10 +243,12 @@ func (co *coalescer) Process(ctx context.Context, cmd redis.Cmder) error {
 		l = &lane{node: node}
 		co.lanes[node] = l
 	}
-	if _, bounded := ctx.Deadline(); co.own && bounded && l.flushers == 0 {
+	if _, bounded := ctx.Deadline(); (co.own && bounded || ctx.Done() == nil) && l.flushers == 0 {
 		// Nothing in flight here: the caller sends its command itself,
 		// as the lane's flusher of one, and hands the commands queued
-		// meanwhile to a flusher of their own.
+		// meanwhile to a flusher of their own. A context that never
+		// ends (context.Background, say) needs no bound from the client:
+		// a flusher would wait for the reply as long.
 		l.flushers++
 		l.sending++
 		co.flushers.Add(1)

@@ -122,6 +122,24 @@ func direct(ctx context.Context, deadline time.Time, bounds bool) bool {
 	return bounds && (deadline.IsZero() || !d.After(deadline))
 }
 
+// narrow returns ctx ended at deadline, for an exchange that direct keeps
+// off the caller's goroutine only because ctx would end later than
+// deadline, or never (context.Background, say): the client bounds the
+// exchange by the narrowed context (bounds), so it runs on the caller's
+// goroutine all the same. It returns nil for a client that does not bound
+// it, and for a ctx that can end without a deadline (cancelled only): its
+// caller must be able to stop waiting at once, which a goroutine of the
+// Manager's allows.
+func narrow(ctx context.Context, deadline time.Time, bounds bool) (context.Context, context.CancelFunc) {
+	if !bounds || deadline.IsZero() {
+		return nil, nil
+	}
+	if _, ok := ctx.Deadline(); !ok && ctx.Done() != nil {
+		return nil, nil
+	}
+	return context.WithDeadline(ctx, deadline)
+}
+
 // call states
 const (
 	callRunning int32 = iota
@@ -192,6 +210,10 @@ func exchangeOn[T any](m *Manager, bounds bool, ctx context.Context, deadline ti
 	}
 	if direct(ctx, deadline, bounds) {
 		return f(ctx)
+	}
+	if nctx, cancel := narrow(ctx, deadline, bounds); nctx != nil {
+		defer cancel()
+		return f(nctx)
 	}
 	c := &call[T]{m: m, ctx: ctx, f: f, late: late, done: make(chan struct{})}
 	var timeout <-chan time.Time
