@@ -129,49 +129,66 @@ func newDefaultsFleet(b *testing.B, client func(b *testing.B) redis.UniversalCli
 // noisy machine: the g=1 figures of BenchmarkDefaults come from separate
 // seconds, and at one goroutine a second's speed differs more between
 // seconds than between the two. It reports each one's ops/s over its own
-// summed time, and shardlock's ÷ the floor's.
+// summed time, and shardlock's ÷ the floor's: with a deadline per call
+// (deadline), and with context.Background() for every call, both sides
+// (background).
 func BenchmarkDefaultsPaired(b *testing.B) {
 	for _, target := range benchTargets {
-		b.Run(target.name, func(b *testing.B) {
-			c := target.client(b)
-			b.Cleanup(func() { _ = c.Close() })
-			if err := compareAndDelete.Load(context.Background(), c).Err(); err != nil {
-				b.Fatal(err)
-			}
-			run := testenv.Unique("pair")
-			floor, lock := floorTimed(c), benchkit.Managers([]*manager.Manager{newManager(b, c)})
-			timed := func(op benchkit.Op) time.Duration {
-				start := time.Now()
-				if _, err := op(0, run); err != nil {
-					b.Fatal(err)
-				}
-				return time.Since(start)
-			}
-			var floorTook, lockTook time.Duration
-			b.ReportAllocs()
-			for i := 0; b.Loop(); i++ {
-				if i%2 == 0 {
-					floorTook += timed(floor)
-					lockTook += timed(lock)
-				} else {
-					lockTook += timed(lock)
-					floorTook += timed(floor)
-				}
-			}
-			b.ReportMetric(float64(b.N)/floorTook.Seconds(), "floor-ops/s")
-			b.ReportMetric(float64(b.N)/lockTook.Seconds(), "shardlock-ops/s")
-			b.ReportMetric(floorTook.Seconds()/lockTook.Seconds(), "shardlock/floor")
-		})
+		for _, cc := range []struct {
+			name   string
+			newCtx benchkit.CallContext
+		}{{"deadline", benchkit.Deadline}, {"background", benchkit.Background}} {
+			b.Run(target.name+"/"+cc.name, func(b *testing.B) {
+				benchPaired(b, target.client, cc.newCtx)
+			})
+		}
 	}
+}
+
+// benchPaired is one of BenchmarkDefaultsPaired's comparisons, on a client
+// of client's, each call's context made by newCtx.
+func benchPaired(b *testing.B, client func(*testing.B) redis.UniversalClient, newCtx benchkit.CallContext) {
+	c := client(b)
+	b.Cleanup(func() { _ = c.Close() })
+	if err := compareAndDelete.Load(context.Background(), c).Err(); err != nil {
+		b.Fatal(err)
+	}
+	run := testenv.Unique("pair")
+	floor, lock := floorWith(newCtx, c), benchkit.ManagersWith(newCtx, []*manager.Manager{newManager(b, c)})
+	timed := func(op benchkit.Op) time.Duration {
+		start := time.Now()
+		if _, err := op(0, run); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	var floorTook, lockTook time.Duration
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if i%2 == 0 {
+			floorTook += timed(floor)
+			lockTook += timed(lock)
+		} else {
+			lockTook += timed(lock)
+			floorTook += timed(floor)
+		}
+	}
+	b.ReportMetric(float64(b.N)/floorTook.Seconds(), "floor-ops/s")
+	b.ReportMetric(float64(b.N)/lockTook.Seconds(), "shardlock-ops/s")
+	b.ReportMetric(floorTook.Seconds()/lockTook.Seconds(), "shardlock/floor")
 }
 
 // floorTimed is floorOp with a deadline per call, worker w on client w
 // mod len(cs).
-func floorTimed(cs ...redis.UniversalClient) benchkit.Op {
+func floorTimed(cs ...redis.UniversalClient) benchkit.Op { return floorWith(benchkit.Deadline, cs...) }
+
+// floorWith is floorOp with each call's context made by newCtx, worker w
+// on client w mod len(cs).
+func floorWith(newCtx benchkit.CallContext, cs ...redis.UniversalClient) benchkit.Op {
 	return func(w int, run string) (time.Duration, error) {
 		c := cs[w%len(cs)]
 		key, tok := fmt.Sprintf("floor:{%s-%d}", run, w), fmt.Sprintf("tok-%d-%d", w, time.Now().UnixNano())
-		ctx, cancel := context.WithTimeout(context.Background(), benchkit.CallTimeout)
+		ctx, cancel := newCtx()
 		start := time.Now()
 		ok, err := c.SetNX(ctx, key, tok, 10*time.Second).Result()
 		d := time.Since(start)
@@ -182,7 +199,7 @@ func floorTimed(cs ...redis.UniversalClient) benchkit.Op {
 		if !ok {
 			return d, fmt.Errorf("floor: %s contended", key)
 		}
-		ctx, cancel = context.WithTimeout(context.Background(), benchkit.CallTimeout)
+		ctx, cancel = newCtx()
 		defer cancel()
 		return d, compareAndDelete.Run(ctx, c, []string{key}, tok).Err()
 	}

@@ -109,12 +109,30 @@ func runOps(g, n int, run string, op Op) ([]time.Duration, error) {
 	return lat, err
 }
 
+// A CallContext makes the context of one lock call.
+type CallContext func() (context.Context, context.CancelFunc)
+
+// Deadline gives a call a deadline of its own, CallTimeout away, as a
+// service does.
+func Deadline() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), CallTimeout)
+}
+
+// Background gives a call context.Background(), as code that sets no
+// deadlines does.
+func Background() (context.Context, context.CancelFunc) {
+	return context.Background(), func() {}
+}
+
 // Managers takes and releases through ms, worker w on manager w mod
 // len(ms), each on a resource of its own, each call with its own deadline.
-func Managers(ms []*manager.Manager) Op {
+func Managers(ms []*manager.Manager) Op { return ManagersWith(Deadline, ms) }
+
+// ManagersWith is Managers with each call's context made by newCtx.
+func ManagersWith(newCtx CallContext, ms []*manager.Manager) Op {
 	return func(w int, run string) (time.Duration, error) {
 		m := ms[w%len(ms)]
-		ctx, cancel := context.WithTimeout(context.Background(), CallTimeout)
+		ctx, cancel := newCtx()
 		start := time.Now()
 		l, err := m.TryAcquire(ctx, fmt.Sprintf("%s-%d", run, w))
 		d := time.Since(start)
@@ -122,7 +140,7 @@ func Managers(ms []*manager.Manager) Op {
 		if err != nil {
 			return d, err
 		}
-		ctx, cancel = context.WithTimeout(context.Background(), CallTimeout)
+		ctx, cancel = newCtx()
 		defer cancel()
 		return d, l.Release(ctx)
 	}
