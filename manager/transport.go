@@ -273,13 +273,15 @@ func isAbandoned(err error) bool {
 }
 
 // runScript runs s on c bounded by ctx (see exchange), with EVALSHA and
-// the EVAL fallback.
+// the EVAL fallback. Through the coalescer it runs on the caller's
+// goroutine under any ctx: the coalescer waits for a reply only until ctx
+// ends (see coalescer.Process).
 func (m *Manager) runScript(ctx context.Context, c redis.Scripter, s *redis.Script, keys []string, args ...any) *redis.Cmd {
-	bounds := m.clientBounds
+	bounds, waits := m.clientBounds, false
 	if c == redis.Scripter(m.cmd) {
-		bounds = m.cmdBounds
+		bounds, waits = m.cmdBounds, m.co != nil
 	}
-	if ctx.Err() == nil && direct(ctx, time.Time{}, bounds) {
+	if ctx.Err() == nil && (waits || direct(ctx, time.Time{}, bounds)) {
 		return s.Run(ctx, c, keys, args...) // the hot path: no closure
 	}
 	cmd, err := exchangeOn(m, bounds, ctx, time.Time{}, func(ctx context.Context) (*redis.Cmd, error) {

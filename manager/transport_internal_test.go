@@ -2,9 +2,11 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -94,5 +96,90 @@ func TestContextsThatNeverEndStayOnTheCallersGoroutine(t *testing.T) {
 				t.Errorf("%d of 2 attempts sent on a goroutine of the Manager's", n)
 			}
 		})
+	}
+}
+
+// exchangeHook records, at each EVALSHA sent, how many exchanges the
+// Manager had in flight on goroutines of its own, and holds that send
+// while hold is set, until release is closed.
+type exchangeHook struct {
+	m        atomic.Pointer[Manager]
+	hold     atomic.Bool
+	held     chan struct{}
+	release  chan struct{}
+	mu       sync.Mutex
+	inFlight []int64
+}
+
+func (h *exchangeHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *exchangeHook) record(cmds ...redis.Cmder) {
+	for _, c := range cmds {
+		if c.Name() != "evalsha" {
+			continue
+		}
+		h.mu.Lock()
+		h.inFlight = append(h.inFlight, h.m.Load().io.n.Load())
+		h.mu.Unlock()
+		if h.hold.Load() {
+			select {
+			case h.held <- struct{}{}:
+			default:
+			}
+			<-h.release
+		}
+	}
+}
+
+func (h *exchangeHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.record(cmd); return next(ctx, cmd) }
+}
+
+func (h *exchangeHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { h.record(cmds...); return next(ctx, cmds) }
+}
+
+// A release under a context that can be cancelled but has no deadline (a
+// request's context, say) waits for its reply in the coalescer alone, with
+// no exchange goroutine of the Manager's beside it, and still returns as
+// soon as its context is cancelled.
+func TestCancellableReleaseWaitsInTheCoalescer(t *testing.T) {
+	h := &exchangeHook{held: make(chan struct{}, 1), release: make(chan struct{})}
+	m, _ := newMiniManager(t, h)
+	h.m.Store(m)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l, err := m.TryAcquire(ctx, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	if len(h.inFlight) != 1 || h.inFlight[0] != 0 {
+		t.Errorf("exchanges in flight beside the release's EVALSHA: %v, want [0]", h.inFlight)
+	}
+	h.mu.Unlock()
+
+	// Cancelled while its EVALSHA is in flight, the release returns at once.
+	l, err = m.TryAcquire(ctx, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.hold.Store(true)
+	defer func() { h.hold.Store(false); close(h.release) }()
+	rctx, rcancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Release(rctx) }()
+	<-h.held
+	rcancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("Release cancelled in flight: %v, want an error matching context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Release did not return after its context was cancelled")
 	}
 }
