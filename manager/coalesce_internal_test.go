@@ -284,10 +284,13 @@ func TestCoalescerFlushersBounded(t *testing.T) {
 			}
 		})
 	}
-	// Every caller's command is queued or held (no signal: poll, bounded).
-	for i := 0; co.queuedLen()+int(h.heldCmds.Load()) < n; i++ {
+	// Every caller's command is queued or held, and every flusher started
+	// has its send held: nothing moves until the sends are let go (no
+	// signal: poll, bounded). A flusher started but not yet sending would
+	// otherwise send only after them.
+	for i := 0; co.queuedLen()+int(h.heldCmds.Load()) < n || h.holding.Load() != int64(co.flushers.Load()); i++ {
 		if i == 5000 {
-			t.Fatalf("%d queued, %d held after 5 s", co.queuedLen(), h.heldCmds.Load())
+			t.Fatalf("%d queued, %d held, %d of %d flushers held after 5 s", co.queuedLen(), h.heldCmds.Load(), h.holding.Load(), co.flushers.Load())
 		}
 		time.Sleep(time.Millisecond)
 	}
