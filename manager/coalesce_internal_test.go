@@ -688,6 +688,16 @@ func TestContextsThatNeverEndStayOnTheCallersGoroutine(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
+					// Without ContextTimeoutEnabled the attempt went to a
+					// flusher; a release while it still runs joins its
+					// queue (as it should), so it is made once the flusher
+					// has ended (no signal: poll, bounded).
+					for i := 0; m.co.lanesBusy(); i++ {
+						if i == 5000 {
+							t.Fatal("a flusher still runs after 5 s")
+						}
+						time.Sleep(time.Millisecond)
+					}
 					if err := l.Release(context.Background()); err != nil {
 						t.Fatal(err)
 					}
@@ -762,6 +772,14 @@ func TestCancellableReleaseWaitsInTheCoalescer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The attempt ran on an exchange goroutine, which counts itself out
+	// just after its caller has the answer (no signal: poll, bounded).
+	for i := 0; m.io.n.Load() != 0; i++ {
+		if i == 5000 {
+			t.Fatal("the attempt's exchange still in flight after 5 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -791,4 +809,17 @@ func TestCancellableReleaseWaitsInTheCoalescer(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Release did not return after its context was cancelled")
 	}
+}
+
+// lanesBusy reports whether a flusher (or a lone caller sending) runs on
+// any of co's lanes.
+func (co *coalescer) lanesBusy() bool {
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	for _, l := range co.lanes {
+		if l.flushers > 0 {
+			return true
+		}
+	}
+	return false
 }
