@@ -57,12 +57,9 @@ func (m *Manager) send(ctx context.Context, deadline time.Time, a attemptArgs) (
 	if m.cfg.replicas > 0 {
 		bounds = m.clientBounds // the write and its WAIT go through the client
 	}
-	if direct(ctx, deadline, bounds) {
-		return m.attemptSettled(ctx, &a)
-	}
-	if nctx, cancel := narrow(ctx, deadline, bounds); nctx != nil {
+	if cctx, cancel := onCaller(ctx, deadline, bounds); cctx != nil {
 		defer cancel()
-		return m.attemptSettled(nctx, &a)
+		return m.attemptSettled(cctx, &a)
 	}
 	b := a // captured by the exchange's goroutine; a stays on the stack
 	return exchangeOn(m, bounds, ctx, deadline, func(ctx context.Context) (attemptResult, error) {

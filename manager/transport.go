@@ -122,15 +122,18 @@ func direct(ctx context.Context, deadline time.Time, bounds bool) bool {
 	return bounds && (deadline.IsZero() || !d.After(deadline))
 }
 
-// narrow returns ctx ended at deadline, for an exchange that direct keeps
-// off the caller's goroutine only because ctx would end later than
-// deadline, or never (context.Background, say): the client bounds the
-// exchange by the narrowed context (bounds), so it runs on the caller's
-// goroutine all the same. It returns nil for a client that does not bound
-// it, and for a ctx that can end without a deadline (cancelled only): its
-// caller must be able to stop waiting at once, which a goroutine of the
-// Manager's allows.
-func narrow(ctx context.Context, deadline time.Time, bounds bool) (context.Context, context.CancelFunc) {
+// onCaller returns the context under which an exchange under ctx, bounded
+// by deadline, runs on the caller's goroutine, or nil when it needs a
+// goroutine of the Manager's. It is ctx itself where direct says so.
+// Otherwise, where the client bounds a command by its context (bounds)
+// and ctx would end later than deadline, or never (context.Background,
+// say), it is ctx narrowed to deadline. A ctx that can end without a
+// deadline (cancelled only) gets nil: its caller must be able to stop
+// waiting at once, which a goroutine of the Manager's allows.
+func onCaller(ctx context.Context, deadline time.Time, bounds bool) (context.Context, context.CancelFunc) {
+	if direct(ctx, deadline, bounds) {
+		return ctx, func() {}
+	}
 	if !bounds || deadline.IsZero() {
 		return nil, nil
 	}
@@ -208,12 +211,9 @@ func exchangeOn[T any](m *Manager, bounds bool, ctx context.Context, deadline ti
 		var zero T
 		return zero, err
 	}
-	if direct(ctx, deadline, bounds) {
-		return f(ctx)
-	}
-	if nctx, cancel := narrow(ctx, deadline, bounds); nctx != nil {
+	if cctx, cancel := onCaller(ctx, deadline, bounds); cctx != nil {
 		defer cancel()
-		return f(nctx)
+		return f(cctx)
 	}
 	c := &call[T]{m: m, ctx: ctx, f: f, late: late, done: make(chan struct{})}
 	var timeout <-chan time.Time
