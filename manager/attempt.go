@@ -392,7 +392,7 @@ func (m *Manager) attemptBatchKeys(ctx context.Context, b *batchInfo, token any,
 	}
 	fences = make([]uint64, len(b.keys))
 	for i, k := range b.keys {
-		f, err := scripts.TakeFence.Run(ctx, m.cmd, []string{sharding.FenceKey(k)}).Int64()
+		f, err := scripts.TakeFence.Run(ctx, m.cmd, []string{sharding.FenceKey(k)}, ac.ttl.Milliseconds()).Int64()
 		if err != nil {
 			if uerr := m.undoBatchKeys(ctx, b.keys, token); uerr != nil {
 				err = errors.Join(err, uerr)

@@ -3,6 +3,8 @@ package manager_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,13 +18,18 @@ import (
 	"github.com/shardlock/shardlock/sharding"
 )
 
-// twiceHook runs every release, batch release and extend script twice, as
-// a client that re-sends a command whose reply it lost would: the caller
-// gets the second run's reply. Pipelines with such a script run twice as a
-// whole, as go-redis's pipelines re-send. replays counts the second runs.
-type twiceHook struct{ replays *atomic.Int64 }
+// lostReplyHook runs every release, batch release and extend script, then
+// reports its reply lost (io.ErrUnexpectedEOF), as a connection cut after
+// the command was written would, the first time it sees those exact
+// arguments: the Manager then sends the call again, knowing that the
+// first may have run. In a pipeline, every command after the first such
+// script loses its reply too. replays counts the lost replies.
+type lostReplyHook struct {
+	replays *atomic.Int64
+	seen    *sync.Map
+}
 
-// localReplays counts the replayed releases that carried a local waiter's
+// localReplays counts the lost releases that carried a local waiter's
 // entry (ARGV[2]), which may hand it the lock.
 var localReplays atomic.Int64
 
@@ -39,36 +46,44 @@ func replayed(cmd redis.Cmder) bool {
 	return false
 }
 
-func (h twiceHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+// lose reports whether cmd's reply is to be lost: the first run of a
+// replayed script with its arguments.
+func (h lostReplyHook) lose(cmd redis.Cmder) bool {
+	if !replayed(cmd) {
+		return false
+	}
+	if _, again := h.seen.LoadOrStore(fmt.Sprint(cmd.Args()[2:]), true); again {
+		return false
+	}
+	h.replays.Add(1)
+	if a := cmd.Args(); len(a) > 5 && a[1] == scripts.Release.Hash() && a[5] != "" {
+		localReplays.Add(1)
+	}
+	return true
+}
 
-func (h twiceHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h lostReplyHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h lostReplyHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		err := next(ctx, cmd)
-		if replayed(cmd) {
-			h.replays.Add(1)
-			if a := cmd.Args(); len(a) > 5 && a[1] == scripts.Release.Hash() && a[5] != "" {
-				localReplays.Add(1)
-			}
-			cmd.SetErr(nil)
-			err = next(ctx, cmd)
+		if h.lose(cmd) {
+			cmd.SetErr(io.ErrUnexpectedEOF)
+			return io.ErrUnexpectedEOF
 		}
 		return err
 	}
 }
 
-func (h twiceHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h lostReplyHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
-		for _, c := range cmds {
-			if replayed(c) {
-				h.replays.Add(1)
-				if a := c.Args(); len(a) > 5 && a[1] == scripts.Release.Hash() && a[5] != "" {
-					localReplays.Add(1)
+		for i, c := range cmds {
+			if h.lose(c) {
+				for _, c := range cmds[i:] {
+					c.SetErr(io.ErrUnexpectedEOF)
 				}
-				for _, c := range cmds {
-					c.SetErr(nil)
-				}
-				return next(ctx, cmds)
+				return io.ErrUnexpectedEOF
 			}
 		}
 		return err
@@ -76,26 +91,28 @@ func (h twiceHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 }
 
 // replayingTargets runs f on the standalone server and the cluster, with
-// a client whose release and extend scripts run twice.
+// a client that loses the first reply of each release and extend script.
 func replayingTargets(t *testing.T, f func(t *testing.T, c redis.UniversalClient, replays *atomic.Int64)) {
 	t.Run("standalone", func(t *testing.T) {
 		var n atomic.Int64
 		c := redis.NewClient(&redis.Options{Addr: testenv.StandaloneAddr(t), ContextTimeoutEnabled: true})
 		t.Cleanup(func() { _ = c.Close() })
-		c.AddHook(twiceHook{&n})
+		c.AddHook(lostReplyHook{&n, &sync.Map{}})
 		f(t, c, &n)
 	})
 	t.Run("cluster", func(t *testing.T) {
 		var n atomic.Int64
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.ClusterAddrs(t), ContextTimeoutEnabled: true})
 		t.Cleanup(func() { _ = c.Close() })
-		c.OnNewNode(func(n2 *redis.Client) { n2.AddHook(twiceHook{&n}) })
+		seen := &sync.Map{}
+		c.OnNewNode(func(n2 *redis.Client) { n2.AddHook(lostReplyHook{&n, seen}) })
 		f(t, c, &n)
 	})
 }
 
-// A release, a batch release or an extend that runs twice answers the
-// same both times: the lock is released (or extended), not reported lost.
+// A release, a batch release or an extend whose reply is lost is sent
+// again, and the second run's answer settles it: the lock is released (or
+// extended), not reported lost, and nothing is left beside the keys.
 func TestRealReplayedReleaseAndExtend(t *testing.T) {
 	replayingTargets(t, func(t *testing.T, c redis.UniversalClient, replays *atomic.Int64) {
 		m := newManager(t, c, manager.WithWatchdog(false))
@@ -116,9 +133,7 @@ func TestRealReplayedReleaseAndExtend(t *testing.T) {
 		if n := c.Exists(ctx, l.Key()).Val(); n != 0 {
 			t.Fatal("the key is still there")
 		}
-		// The key became its release record: the token, for the rest of
-		// the lock's TTL (a minute, after the extend) and no longer.
-		recordOf(t, c, l.Key(), l.Token(), time.Minute)
+		nothingBeside(t, c, l.Key())
 		tag := testenv.Unique("replay-batch")
 		b, err := m.TryAcquireBatch(ctx, []string{"{" + tag + "}:a", "{" + tag + "}:b"})
 		if err != nil {
@@ -127,7 +142,9 @@ func TestRealReplayedReleaseAndExtend(t *testing.T) {
 		if err := b.Release(ctx); err != nil {
 			t.Fatalf("replayed batch release: %v", err)
 		}
-		recordOf(t, c, b.Keys()[0], b.Token(), manager.DefaultTTL)
+		for _, k := range b.Keys() {
+			nothingBeside(t, c, k)
+		}
 		if n := c.Exists(ctx, b.Keys()...).Val(); n != 0 {
 			t.Fatalf("%d of the batch's keys are still there", n)
 		}
@@ -137,22 +154,30 @@ func TestRealReplayedReleaseAndExtend(t *testing.T) {
 	})
 }
 
-// recordOf checks the release record of key: token, expiring within ttl.
-func recordOf(t *testing.T, c redis.UniversalClient, key, token string, ttl time.Duration) {
+// nothingBeside checks that no key of key's slot starts with key: the lock
+// key and the helper keys beside it are gone.
+func nothingBeside(t *testing.T, c redis.UniversalClient, key string) {
 	t.Helper()
 	ctx := ctxT(t)
-	rec := sharding.OutcomeKey(key)
-	if v := c.Get(ctx, rec).Val(); v != token {
-		t.Fatalf("release record %q, want the token", v)
+	keys, err := c.Keys(ctx, key+"*").Result() // one node's keys: the slot's
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		var node *redis.Client
+		node, err = cc.MasterForKey(ctx, key)
+		if err == nil {
+			keys, err = node.Keys(ctx, key+"*").Result()
+		}
 	}
-	if left := c.PTTL(ctx, rec).Val(); left <= 0 || left > ttl {
-		t.Fatalf("release record expires in %v, want within %v", left, ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(keys) > 0 {
+		t.Fatalf("left beside the released lock: %q", keys)
 	}
 }
 
-// A release that hands the lock to a queued waiter, run twice, hands it
-// once: the first waiter holds it, the second still waits, and the
-// releaser is told it released.
+// A release that hands the lock to a queued waiter, whose reply is lost,
+// hands it once: the first waiter holds it, the second still waits, and
+// the releaser, sending again, is told it released.
 func TestRealReplayedHandOver(t *testing.T) {
 	replayingTargets(t, func(t *testing.T, c redis.UniversalClient, replays *atomic.Int64) {
 		ctx := ctxT(t)
@@ -206,19 +231,16 @@ func TestRealReplayedHandOver(t *testing.T) {
 		if err := second.l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		// The records are short-lived and the keys' own.
-		if ttl := c.PTTL(ctx, sharding.OutcomeKey(l.Key())).Val(); ttl <= 0 || ttl > 5*time.Second {
-			t.Fatalf("outcome record TTL %v", ttl)
-		}
+		nothingBeside(t, c, l.Key())
 		if _, err := c.Get(ctx, l.Key()).Result(); !errors.Is(err, redis.Nil) {
 			t.Fatalf("the key is left: %v", err)
 		}
 	})
 }
 
-// Releases that hand the lock to their own process's next waiter, run
-// twice, answer the hand-over both times (the second run finds that
-// waiter's token in the key, with no outcome record written for it): every
+// Releases that hand the lock to their own process's next waiter, whose
+// replies are lost, answer the hand-over when sent again (the second run
+// finds that waiter's token in the key): every
 // release succeeds and every waiter gets the lock once, fences rising.
 func TestRealReplayedLocalHandOver(t *testing.T) {
 	replayingTargets(t, func(t *testing.T, c redis.UniversalClient, replays *atomic.Int64) {

@@ -16,7 +16,6 @@ const (
 	FenceSuffix   = ":fence"
 	ChannelSuffix = ":released"
 	QueueSuffix   = ":waiters"
-	OutcomeSuffix = ":outcome"
 	ForcedSuffix  = ":forced"
 )
 
@@ -170,19 +169,13 @@ func HandoverChannel(lockKey, owner string) string { return lockKey + ChannelSuf
 // It shares lockKey's slot.
 func QueueKey(lockKey string) string { return lockKey + QueueSuffix }
 
-// OutcomeKey returns the key of the short-lived record a release of the
-// lock stored at lockKey leaves of its outcome, so that the same release
-// run twice answers the same. It shares lockKey's slot.
-func OutcomeKey(lockKey string) string { return lockKey + OutcomeSuffix }
-
 // ForcedKey returns the key of the short-lived record a forced release
 // leaves beside the lock key: "<token>=<who>|<why>".
 func ForcedKey(lockKey string) string { return lockKey + ForcedSuffix }
 
 // IsHelperKey reports whether key is a helper key ([FenceKey], [QueueKey],
-// [OutcomeKey]) rather than a lock key, for tools that scan a key space by
+// [ForcedKey]) rather than a lock key, for tools that scan a key space by
 // prefix.
 func IsHelperKey(key string) bool {
-	return strings.HasSuffix(key, FenceSuffix) || strings.HasSuffix(key, QueueSuffix) || strings.HasSuffix(key, OutcomeSuffix) ||
-		strings.HasSuffix(key, ForcedSuffix)
+	return strings.HasSuffix(key, FenceSuffix) || strings.HasSuffix(key, QueueSuffix) || strings.HasSuffix(key, ForcedSuffix)
 }

@@ -81,7 +81,7 @@ func TestLockKey(t *testing.T) {
 		{prefix: "shardlock:", give: "x" + FenceSuffix, wantErr: ErrBadResource},
 		{prefix: "shardlock:", give: "{x}" + ChannelSuffix, wantErr: ErrBadResource},
 		{prefix: "shardlock:", give: "y" + QueueSuffix, wantErr: ErrBadResource},
-		{prefix: "shardlock:", give: "z" + OutcomeSuffix, wantErr: ErrBadResource},
+		{prefix: "shardlock:", give: "z" + ForcedSuffix, wantErr: ErrBadResource},
 		{prefix: "lock{", give: "x", wantErr: ErrBadPrefix},
 	}
 	for _, tt := range tests {
@@ -121,7 +121,7 @@ func FuzzLockKeySlot(f *testing.F) {
 			t.Fatalf("lock key %q of %q has no hash tag", key, resource)
 		}
 		if Slot(FenceKey(key)) != Slot(key) || Slot(ChannelName(key)) != Slot(key) || Slot(QueueKey(key)) != Slot(key) ||
-			Slot(OutcomeKey(key)) != Slot(key) || Slot(HandoverChannel(key, "{host}:1")) != Slot(key) {
+			Slot(ForcedKey(key)) != Slot(key) || Slot(HandoverChannel(key, "{host}:1")) != Slot(key) {
 			t.Fatalf("helper keys of %q leave slot %d", key, Slot(key))
 		}
 		if IsHelperKey(key) {

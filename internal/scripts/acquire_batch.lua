@@ -45,7 +45,7 @@ local function fences(out, resent)
       if resent then
         f = tonumber(redis.pcall('GET', KEYS[n + i]))
       else
-        f = take_fence(KEYS[n + i])
+        f = take_fence(KEYS[n + i], ARGV[2])
       end
       if type(f) ~= 'number' then
         if not resent then redis.call('DEL', unpack(KEYS, 1, n)) end

@@ -12,7 +12,7 @@
 -- #include prelude.lua
 local v = redis.pcall('GET', KEYS[1])
 if v == false then
-  local fence, err = take_fence(KEYS[2])
+  local fence, err = take_fence(KEYS[2], ARGV[2])
   if not fence then return err end
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return {1, fence}

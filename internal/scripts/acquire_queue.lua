@@ -29,7 +29,7 @@ if v == false then
   local fence = 0
   if ARGV[3] == '1' then
     local err
-    fence, err = take_fence(KEYS[3])
+    fence, err = take_fence(KEYS[3], ARGV[2])
     if not fence then return err end
   end
   if ARGV[5] == '1' then redis.pcall('LREM', KEYS[2], 1, ARGV[4]) end

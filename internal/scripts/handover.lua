@@ -52,7 +52,7 @@ local function grant(k, e, lease)
   if f == '1' then
     -- Only a counter that is here: the waiter's own attempt, which
     -- declares it, takes the first fence.
-    fence = take_fence(k .. FENCE_SUFFIX, true)
+    fence = take_fence(k .. FENCE_SUFFIX, ttl, true)
     if not fence then return nil end
   end
   if lease and lease < ttl then ttl = lease end

@@ -21,34 +21,22 @@
 -- when it was handed to ARGV[2]'s waiter, and -2 when a forced release
 -- (force_release.lua) took the key from the token.
 --
--- The same call run twice (a re-send) answers the same: a release leaves
--- its outcome on "<key>:outcome", and a run that finds the key not its
--- token's answers from there. The plain compare-and-delete renames the key
--- to that record (one command, no new value): the record holds the token,
--- meaning 1, for the rest of the lock's TTL, so a release never keeps more
--- than the held lock took. A release that deleted a marked key or handed it
--- to a queued waiter writes "<token>=<answer>" there for 5 s. A token is released once, so
--- only a re-send finds it. A release that handed the key to ARGV[2]'s
--- waiter needs no record: that waiter holds the key until it hears this
--- call's answer, so a re-send finds its token there and answers {3, fence}.
+-- A release leaves nothing behind. A release that handed the key to
+-- ARGV[2]'s waiter answers the same when run again (a re-send): that
+-- waiter holds the key until it hears this call's answer, so a re-send
+-- finds its token there and answers {3, fence}. Any other re-send finds
+-- the key gone or someone else's; the caller, which knows its first send's
+-- reply was lost, reads that as released while the lock was valid
+-- (releaseResult in manager/release.go).
 -- #include names.lua (the helper keys' suffixes, the queued mark)
 local k = KEYS[1]
 local v = redis.pcall('GET', k)
 local nxt = ARGV[2] or ''
 if v == ARGV[1] and nxt == '' then
-  local r = redis.pcall('RENAME', k, k .. OUTCOME_SUFFIX)
-  if r.err then
-    -- The slot migrates and the record is not here: Redis answers
-    -- TRYAGAIN to a command on two keys of which one is missing (see
-    -- put_record). Released without a record.
-    redis.call('DEL', k)
-  end
+  redis.call('DEL', k)
   return 1
 end
--- #include prelude.lua (is_mine, forced, put_record: after the fast path, which returns without them)
-local function record(out)
-  put_record(k .. OUTCOME_SUFFIX, k, ARGV[1] .. '=' .. out, 5000)
-end
+-- #include prelude.lua (is_mine, forced: after the fast path, which returns without them)
 if not is_mine(v, ARGV[1]) then
   if nxt ~= '' and type(v) == 'string' then
     -- Handed to ARGV[2]'s waiter by an earlier run: that waiter learns of
@@ -60,14 +48,6 @@ if not is_mine(v, ARGV[1]) then
       return {3, fence}
     end
   end
-  local r = redis.pcall('GET', k .. OUTCOME_SUFFIX)
-  if r == ARGV[1] then return 1 end -- renamed by the fast path
-  if type(r) == 'string' and string.sub(r, 1, #ARGV[1] + 1) == ARGV[1] .. '=' then
-    local out = string.sub(r, #ARGV[1] + 2)
-    if out == '1' or out == '2' then return tonumber(out) end
-    local f = string.match(out, '^3:(%d+)$')
-    if f then return {3, tonumber(f)} end
-  end
   if forced(k, ARGV[1]) then return -2 end
   if v == false then return 0 end
   return -1
@@ -75,11 +55,10 @@ end
 -- #include handover.lua (after the fast path: its functions cost nothing there)
 if nxt ~= '' and ARGV[3] == '1' then
   local tok, fence = grant(k, nxt)
-  if tok then return {3, fence} end -- no record needed: see above
+  if tok then return {3, fence} end
 end
 if hand_over(k) then
   if nxt ~= '' then enqueue(k .. QUEUE_SUFFIX, nxt) end
-  record('2')
   return 2
 end
 if nxt ~= '' then
@@ -88,5 +67,4 @@ if nxt ~= '' then
 end
 redis.call('DEL', k)
 announce_free(k)
-record('1')
 return 1

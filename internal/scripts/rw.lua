@@ -18,7 +18,6 @@
 --           that polls asked new readers to wait: while either is in the
 --           future new readers wait too, so readers cannot starve a writer
 --   f       the last fence handed out
---   o, oe   the last release's outcome "<token>=<answer>" and its expiry
 -- Expiries and deadlines are the server's clock in milliseconds; a share
 -- whose expiry has passed counts as gone. The key lives as long as the
 -- latest of them. When the lock falls free, the first live queued entry
@@ -30,7 +29,6 @@ local RW_MAGIC = 'rw1'
 local RW_CLAIM = 200 -- scripts.ClaimLease, as claim_ms in handover.lua
 local RW_RUN = 256 -- readers handed the lock by one release at most
 local RW_QMAX = 4096 -- entries in a queue at most
-local RW_OUTCOME = 5000 -- how long a release's outcome is kept
 
 local rw_now
 -- now is the server's clock in milliseconds, read once per script.
@@ -248,22 +246,4 @@ local function rw_dequeue(k, s, e)
   end
   rw_store(k, s, qs)
   return found
-end
-
--- rw_record leaves a release's outcome for a re-sent call to find, with
--- the count of readers' fields (s.n) in the same write.
-local function rw_record(k, s, tok, out)
-  redis.call('HSET', k, 'o', tok .. '=' .. out, 'oe', now() + RW_OUTCOME, 'n', s.n)
-  rw_keep(k, s, now() + RW_OUTCOME)
-  return out
-end
-
--- rw_recorded is the outcome a release of tok left on k, or otherwise.
-local function rw_recorded(k, tok, otherwise)
-  local r = redis.pcall('HMGET', k, 'o', 'oe')
-  if type(r) == 'table' and type(r[1]) == 'string' and (tonumber(r[2]) or 0) > now()
-      and string.sub(r[1], 1, #tok + 1) == tok .. '=' then
-    return tonumber(string.sub(r[1], #tok + 2)) or otherwise
-  end
-  return otherwise
 end

@@ -7,10 +7,8 @@
 -- share of it (its time ran out, or the key is gone), -1 when another
 -- writer or a key that is not a read-write lock of shardlock's holds it.
 --
--- The same call run twice (a re-send) answers the same: a release leaves
--- its outcome on the lock for 5 s (fields o and oe), and a run that finds
--- no share of its token answers from there. A token is released once, so
--- only a re-send finds it.
+-- A release leaves nothing behind: a re-send finds no share of its token,
+-- which the caller reads as release.lua's answers are read.
 -- #include rw.lua
 local k, tok = KEYS[1], ARGV[1]
 local s = rw_load(k)
@@ -21,14 +19,15 @@ if s.w == tok then
   redis.call('HDEL', k, 'w', 'we')
   s.w = nil
 elseif s.n > 0 and redis.call('HDEL', k, 'r:' .. tok) == 1 then
-  s.n = s.n - 1 -- written with the outcome (rw_record)
+  s.n = s.n - 1
+  redis.call('HSET', k, 'n', s.n)
   if s.n > 0 and (not s.q or rw_live_readers(k, s) > 0) then
-    return rw_record(k, s, tok, 1) -- other readers hold it still
+    return 1 -- other readers hold it still
   end
 elseif s.w then
-  return rw_recorded(k, tok, -1)
+  return -1
 else
-  return rw_recorded(k, tok, 0)
+  return 0
 end
-if rw_hand_over(k, s) then return rw_record(k, s, tok, 2) end
-return rw_record(k, s, tok, 1)
+if rw_hand_over(k, s) then return 2 end
+return 1

@@ -87,6 +87,12 @@ var (
 // that died while queued stalls the lock for no longer than that.
 const ClaimLease = 200 * time.Millisecond
 
+// FenceTTL is how long a fence counter lives past the TTL of the lock it
+// fences (fence.lua): long after its last use, and longer than any step
+// back a server's clock could take, since the clock part of the fence
+// rule takes over once the counter is gone.
+const FenceTTL = time.Hour
+
 // All lists every script, for preloading.
 func All() []*redis.Script {
 	return []*redis.Script{AcquireFenced, TakeFence, Release, AcquireQueue, Extend, PTTL, AcquireBatch, ReleaseBatch, ExtendBatch, PTTLBatch, Resume, ForceRelease,
@@ -101,9 +107,10 @@ const includePrefix = "-- #include "
 // names from the lock key; declared in KEYS instead, helper keys that do
 // not exist would make Redis answer TRYAGAIN to every script on a held
 // lock for as long as its slot migrates) and the queued mark.
-var namesSrc = fmt.Sprintf(`local FENCE_SUFFIX, QUEUE_SUFFIX, OUTCOME_SUFFIX, CHANNEL_SUFFIX, FORCED_SUFFIX = %q, %q, %q, %q, %q
+var namesSrc = fmt.Sprintf(`local FENCE_SUFFIX, QUEUE_SUFFIX, CHANNEL_SUFFIX, FORCED_SUFFIX = %q, %q, %q, %q
 local QUEUED_MARK = '\%d'
-`, sharding.FenceSuffix, sharding.QueueSuffix, sharding.OutcomeSuffix, sharding.ChannelSuffix, sharding.ForcedSuffix, sharding.QueuedMark[0])
+local FENCE_TTL_MS = %d
+`, sharding.FenceSuffix, sharding.QueueSuffix, sharding.ChannelSuffix, sharding.ForcedSuffix, sharding.QueuedMark[0], FenceTTL.Milliseconds())
 
 // preludeSrc is the piece prelude.lua: names.lua, and is_mine, the one test
 // of whether a lock key's value is a token's, forced and put_record. A script's fast

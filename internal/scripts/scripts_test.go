@@ -47,7 +47,7 @@ func TestClaimLeaseMatches(t *testing.T) {
 // The scripts name helper keys, channels and the queued mark only through
 // prelude.lua's names, which are sharding's constants.
 func TestSuffixesAreShardings(t *testing.T) {
-	for _, suffix := range []string{sharding.FenceSuffix, sharding.QueueSuffix, sharding.OutcomeSuffix, sharding.ChannelSuffix, sharding.ForcedSuffix} {
+	for _, suffix := range []string{sharding.FenceSuffix, sharding.QueueSuffix, sharding.ChannelSuffix, sharding.ForcedSuffix} {
 		if !strings.Contains(namesSrc, fmt.Sprintf("%q", suffix)) {
 			t.Errorf("names.lua lacks %q", suffix)
 		}
