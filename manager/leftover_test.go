@@ -255,3 +255,27 @@ func TestRealFenceCounterExpires(t *testing.T) {
 		})
 	}
 }
+
+// A lock whose key someone else made persistent (PERSIST) and that its
+// holder then releases leaves nothing behind: no record of the release,
+// with or without a TTL.
+func TestRealReleaseOfAPersistedKeyLeavesNothing(t *testing.T) {
+	for _, tg := range testenv.Targets() {
+		t.Run(tg.Name, func(t *testing.T) {
+			c := tg.Client(t)
+			ctx := ctxT(t)
+			m := newManager(t, c, manager.WithWatchdog(false))
+			l, err := m.TryAcquire(ctx, testenv.Unique("persisted"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Persist(ctx, l.Key()).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			nothingBeside(t, c, l.Key())
+		})
+	}
+}

@@ -42,6 +42,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(workerEnv); spec != "" {
+		os.Exit(runWorker(spec)) // a worker process of TestReshard
+	}
 	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/go-redis/v9/internal/pool.(*ConnPool).tryDial"))
 }
 
@@ -56,7 +59,9 @@ type section struct {
 // with fencing and the watchdog on (or the defaults: see defaults), until ctx ends, and records every
 // critical section. A resource with commas is a batch lock of its parts;
 // one that starts with "rw:" is a read-write lock on the rest, taken by
-// each goroutine as a reader three times in four and as a writer else.
+// each goroutine as a reader three times in four and as a writer else;
+// one that starts with "nf:" is an exclusive lock on the rest, taken
+// without a fence.
 // Errors other than the run's own deadline are collected.
 type workload struct {
 	mu       sync.Mutex
@@ -137,8 +142,7 @@ func (w *workload) saw(word string) int {
 	return w.replies[word]
 }
 
-func (w *workload) run(t *testing.T, ctx context.Context, addrs, resources []string, managers, workers int) {
-	t.Helper()
+func (w *workload) run(ctx context.Context, addrs, resources []string, managers, workers int) {
 	w.goroutines = managers * workers
 	var wg sync.WaitGroup
 	// Every manager is made before any goroutine runs, so a fault that
@@ -179,7 +183,10 @@ func (w *workload) run(t *testing.T, ctx context.Context, addrs, resources []str
 					var err error
 					rw, isRW := strings.CutPrefix(res, "rw:")
 					read := isRW && i%4 != 0
+					nf, unfenced := strings.CutPrefix(res, "nf:")
 					switch {
+					case unfenced:
+						l, err = m.Acquire(ctx, nf, manager.WithFencing(false))
 					case strings.Contains(res, ","): // a batch in one slot
 						l, err = m.AcquireBatch(ctx, strings.Split(res, ","))
 					case read:
@@ -545,7 +552,7 @@ func TestFaults(t *testing.T) {
 			time.Sleep(time.Second)
 			_ = admin.ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error { return n.ScriptFlush(ctx).Err() })
 		}()
-		w.run(t, run, addrs, res, 4, 4)
+		w.run(run, addrs, res, 4, 4)
 		w.check(t, noLoss)
 		if w.saw("NOSCRIPT") == 0 {
 			t.Error("no NOSCRIPT met: the flush did not hit the workload")
@@ -568,7 +575,7 @@ func TestFaults(t *testing.T) {
 			defer r.Close()
 			failedOver <- r.Do(ctx, "cluster", "failover").Err()
 		}()
-		w.run(t, run, addrs, res, 4, 4)
+		w.run(run, addrs, res, 4, 4)
 		if err := <-failedOver; err != nil {
 			t.Fatalf("CLUSTER FAILOVER: %v", err)
 		}
@@ -626,7 +633,7 @@ func TestFaults(t *testing.T) {
 					return nil
 				}()
 			}()
-			w.run(t, run, addrs, res, 4, len(res))
+			w.run(run, addrs, res, 4, len(res))
 			if err := <-migrated; err != nil {
 				repairMigration(t, ctx, addrs, src, dst, slot)
 				t.Fatalf("migration: %v", err)
@@ -691,7 +698,7 @@ func TestFaults(t *testing.T) {
 			}
 			resumed <- down
 		}()
-		w.run(t, run, addrs, res, 4, 4)
+		w.run(run, addrs, res, 4, 4)
 		if err := <-resumed; err != nil {
 			t.Fatalf("SIGSTOP/SIGCONT: %v", err)
 		}
@@ -774,7 +781,7 @@ func TestFaults(t *testing.T) {
 			}
 			made <- err
 		}()
-		w.run(t, run, addrs, res, 4, 4)
+		w.run(run, addrs, res, 4, 4)
 		if err := <-reloaded; err != nil {
 			t.Fatalf("DEBUG RELOAD: %v", err)
 		}
@@ -817,7 +824,7 @@ func TestFaults(t *testing.T) {
 		loaded := make(chan struct{})
 		go func() {
 			defer close(loaded)
-			w.run(t, wctx, addrs, load, 2, 4)
+			w.run(wctx, addrs, load, 2, 4)
 		}()
 		// The kill comes once the load runs (its managers made, locks
 		// taken; it has no signal: poll, bounded).
