@@ -125,8 +125,8 @@ func queuedHandOver(t *testing.T, c redis.UniversalClient, a, b *manager.Manager
 		t.Fatal(err)
 	}
 	var (
-		wg  sync.WaitGroup
-		got *manager.Lock
+		wg   sync.WaitGroup
+		got  *manager.Lock
 		gerr error
 	)
 	wg.Go(func() { got, gerr = b.Acquire(ctx, resource, append(opts, manager.WithWait(10*time.Second))...) })
