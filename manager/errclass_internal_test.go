@@ -40,8 +40,14 @@ func TestErrorClasses(t *testing.T) {
 		{"connection refused", fmt.Errorf("dial: %w", syscall.ECONNREFUSED), true, false, false, false, false},
 		{"pool timeout", redis.ErrPoolTimeout, true, false, false, false, false},
 		{"client closed", redis.ErrClosed, false, false, false, false, false},
-		{"context canceled", context.Canceled, false, true, false, false, false},
-		{"deadline exceeded", context.DeadlineExceeded, false, true, false, false, false},
+		// A bare context error: the command never had a connection (or
+		// the coalescer never sent it); one a caller stopped waiting for
+		// in flight is abandoned, and may run.
+		{"context canceled", context.Canceled, false, false, false, false, false},
+		{"deadline exceeded", context.DeadlineExceeded, false, false, false, false, false},
+		{"abandoned", &abandonedError{cause: context.DeadlineExceeded}, false, true, false, false, false},
+		{"dial timeout", &net.OpError{Op: "dial", Net: "tcp", Err: os.ErrDeadlineExceeded}, true, false, false, false, false},
+		{"write timeout", &net.OpError{Op: "write", Net: "tcp", Err: os.ErrDeadlineExceeded}, true, true, false, false, false},
 		{"MOVED", reply("MOVED 3999 127.0.0.1:6381"), true, false, false, false, true},
 		{"ASK", reply("ASK 3999 127.0.0.1:6381"), true, false, false, false, true},
 		{"TRYAGAIN", reply("TRYAGAIN Multiple keys request during rehashing of slot"), true, false, false, true, false},

@@ -74,7 +74,7 @@ func (info *LockInfo) readRW(f map[string]string, now time.Time) bool {
 // no longer has, on the target). It returns an *InvalidArgumentError for a
 // bad resource before any round trip.
 func (m *Manager) Inspect(ctx context.Context, resource string) (LockInfo, error) {
-	if err := m.usable(); err != nil {
+	if err := m.open(); err != nil {
 		return LockInfo{}, err
 	}
 	if ctx == nil {
@@ -226,7 +226,7 @@ type ListOptions struct {
 // changes during the walk, as SCAN allows.
 func (m *Manager) List(ctx context.Context, opts ListOptions) iter.Seq2[LockInfo, error] {
 	return func(yield func(LockInfo, error) bool) {
-		if err := m.usable(); err != nil {
+		if err := m.open(); err != nil {
 			yield(LockInfo{}, err)
 			return
 		}

@@ -33,27 +33,41 @@ type Leadership struct {
 	l    *Lock
 }
 
-// Name returns the election's name.
-func (ld *Leadership) Name() string { return ld.name }
+// Name returns the election's name ("" for a nil Leadership).
+func (ld *Leadership) Name() string {
+	if ld == nil {
+		return ""
+	}
+	return ld.name
+}
+
+// lock is the election's lock: nil for a nil Leadership, whose methods
+// then answer as a nil *Lock's do (ErrNilLock).
+func (ld *Leadership) lock() *Lock {
+	if ld == nil {
+		return nil
+	}
+	return ld.l
+}
 
 // Term returns the term: a number that rises with every new leader of the
 // election. Pass it with the leader's writes and have the storage reject a
 // lower one, as with a lock's fence.
-func (ld *Leadership) Term() uint64 { return ld.l.Fence() }
+func (ld *Leadership) Term() uint64 { return ld.lock().Fence() }
 
 // Done returns a channel closed when the leadership ends (its lock lost or
 // released).
-func (ld *Leadership) Done() <-chan struct{} { return ld.l.Done() }
+func (ld *Leadership) Done() <-chan struct{} { return ld.lock().Done() }
 
 // Context returns a context cancelled when the leadership ends: run the
 // leader's work under it.
-func (ld *Leadership) Context() context.Context { return ld.l.Context() }
+func (ld *Leadership) Context() context.Context { return ld.lock().Context() }
 
 // Err returns why the leadership ended (see Lock.Err), or nil.
-func (ld *Leadership) Err() error { return ld.l.Err() }
+func (ld *Leadership) Err() error { return ld.lock().Err() }
 
 // Resign ends the leadership: the next campaigner, if any, is handed it.
-func (ld *Leadership) Resign(ctx context.Context) error { return ld.l.Release(ctx) }
+func (ld *Leadership) Resign(ctx context.Context) error { return ld.lock().Release(ctx) }
 
 // LeaderInfo says who leads an election: the leader's owner id (WithOwner),
 // its term, and when it took the lead.
@@ -83,6 +97,9 @@ func (m *Manager) electionKey(name string) (resource, key string, err error) {
 // fencing is always on (the term). An empty name is an
 // *InvalidArgumentError.
 func (m *Manager) Campaign(ctx context.Context, name string, opts ...AcquireOption) (*Leadership, error) {
+	if err := m.open(); err != nil {
+		return nil, err
+	}
 	resource, _, err := m.electionKey(name)
 	if err != nil {
 		return nil, err
@@ -103,6 +120,9 @@ func (m *Manager) Campaign(ctx context.Context, name string, opts ...AcquireOpti
 // Leader reads who leads the election name now: ErrNoLeader when nobody
 // does.
 func (m *Manager) Leader(ctx context.Context, name string) (LeaderInfo, error) {
+	if err := m.open(); err != nil {
+		return LeaderInfo{}, err
+	}
 	_, key, err := m.electionKey(name)
 	if err != nil {
 		return LeaderInfo{}, err
@@ -138,14 +158,14 @@ func (m *Manager) Leader(ctx context.Context, name string) (LeaderInfo, error) {
 // closed when ctx ends or the manager closes. Observe returns an
 // *InvalidArgumentError for an empty name or a nil ctx.
 func (m *Manager) Observe(ctx context.Context, name string) (<-chan LeaderInfo, error) {
+	if err := m.open(); err != nil {
+		return nil, err
+	}
 	if _, _, err := m.electionKey(name); err != nil {
 		return nil, err
 	}
 	if ctx == nil {
 		return nil, invalid("context", "nil")
-	}
-	if err := m.usable(); err != nil {
-		return nil, err
 	}
 	out := make(chan LeaderInfo, 1)
 	m.bg.Go(func() {

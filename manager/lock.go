@@ -362,6 +362,8 @@ func outcomeReason(err error) string {
 	switch {
 	case err == nil:
 		return ""
+	case errors.Is(err, ErrForceReleased):
+		return metrics.ReasonForced
 	case errors.Is(err, ErrNotHeld):
 		return metrics.ReasonNotHeld
 	case errors.Is(err, ErrExpired):
@@ -378,7 +380,9 @@ func lostReason(cause error) string {
 		return metrics.ReasonValidity // before ErrExpired, which it matches
 	case errors.Is(cause, ErrMaxHoldExceeded):
 		return metrics.ReasonMaxHold
-	case errors.Is(cause, ErrNotHeld), errors.Is(cause, ErrForceReleased):
+	case errors.Is(cause, ErrForceReleased):
+		return metrics.ReasonForced
+	case errors.Is(cause, ErrNotHeld):
 		return metrics.ReasonNotHeld
 	case errors.Is(cause, ErrExpired):
 		return metrics.ReasonExpired
@@ -445,20 +449,12 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		l.cls.Renewed(metrics.ReasonRedisError)
 		return fmt.Errorf("shardlock: extend: %w", err)
 	}
-	switch r {
-	case scripts.Gone:
-		l.cls.Renewed(metrics.ReasonExpired)
-		l.markLost(ErrExpired)
-		return ErrExpired
-	case scripts.Forced:
-		ferr := m.forcedError(l.key, l.token)
-		l.cls.Renewed(metrics.ReasonNotHeld)
-		l.markLost(ferr)
-		return ferr
-	case scripts.NotOurs:
-		l.cls.Renewed(metrics.ReasonNotHeld)
-		l.markLost(ErrNotHeld)
-		return ErrNotHeld
+	if cause := l.heldCause(r); cause != nil {
+		err := l.lostTo(cause)
+		if err != ErrReleased {
+			l.cls.Renewed(outcomeReason(cause))
+		}
+		return err
 	}
 	l.cls.Renewed("")
 	l.renewed(sentAt, ttl)
@@ -582,19 +578,39 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, fmt.Errorf("shardlock: ttl: %w", err)
 	}
-	switch res[0] {
-	case scripts.Forced:
-		ferr := l.m.forcedError(l.key, l.token)
-		l.markLost(ferr)
-		return 0, ferr
-	case scripts.Gone:
-		l.markLost(ErrExpired)
-		return 0, ErrExpired
-	case scripts.NotOurs:
-		l.markLost(ErrNotHeld)
-		return 0, ErrNotHeld
+	if cause := l.heldCause(res[0]); cause != nil {
+		return 0, l.lostTo(cause)
 	}
 	return time.Duration(res[1]) * time.Millisecond, nil
+}
+
+// heldCause reads status, a script's answer about l's key (scripts.Done
+// and the rest), as the error of a lock no longer held, or nil.
+func (l *Lock) heldCause(status int64) error {
+	switch status {
+	case scripts.Gone:
+		return ErrExpired
+	case scripts.Forced:
+		return l.m.forcedError(l.key, l.token)
+	case scripts.NotOurs:
+		return ErrNotHeld
+	}
+	return nil
+}
+
+// lostTo marks l lost for cause, found by a call on the lock (Extend,
+// TTL), and returns the call's error: cause, or ErrReleased when the
+// holder's own Release took the lock first (the call raced it).
+func (l *Lock) lostTo(cause error) error {
+	if l.markLost(cause) {
+		return cause
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.state == stateLost {
+		return cause
+	}
+	return ErrReleased
 }
 
 // extendScript is the script that extends l: extend.lua, or its batch form.

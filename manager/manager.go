@@ -119,6 +119,18 @@ func (m *Manager) usable() error {
 	return nil
 }
 
+// open is usable for the calls that go to Redis: after Close they return
+// ErrClosed without a round trip.
+func (m *Manager) open() error {
+	if err := m.usable(); err != nil {
+		return err
+	}
+	if m.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
 // Do takes the lock on resource (as Acquire), runs fn with a context that is
 // cancelled when the lock is lost or reaches its max hold (or when ctx
 // ends), releases the lock and returns fn's error. If the lock was lost

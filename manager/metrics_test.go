@@ -308,3 +308,55 @@ func TestForceReleaseCounted(t *testing.T) {
 		t.Fatalf("after one forced release: %v", got)
 	}
 }
+
+// A lock taken away by ForceRelease is counted under one reason, forced:
+// by its holder's Release (a release failure) and by its renewal (a
+// renewal failure and a loss) alike.
+func TestForcedReleaseReason(t *testing.T) {
+	_, c := miniClient(t)
+	reg := prometheus.NewRegistry()
+	mx, err := metrics.New(reg, metrics.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker := newManager(t, c, manager.WithMetrics(mx), manager.WithWatchdog(false))
+	ops := newManager(t, c)
+	ctx := ctxT(t)
+	released, err := worker.TryAcquire(ctx, "forced-release")
+	if err != nil {
+		t.Fatal(err)
+	}
+	extended, err := worker.TryAcquire(ctx, "forced-extend")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []string{"forced-release", "forced-extend"} {
+		if err := ops.ForceRelease(ctx, r, "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := released.Release(ctx); !errors.Is(err, manager.ErrForceReleased) {
+		t.Fatalf("Release = %v", err)
+	}
+	if err := extended.Extend(ctx, time.Minute); !errors.Is(err, manager.ErrForceReleased) {
+		t.Fatalf("Extend = %v", err)
+	}
+	for _, c := range []struct {
+		name string
+		want float64
+	}{
+		{metrics.ReleaseFailuresTotal, 1},
+		{metrics.RenewalFailuresTotal, 1},
+		{metrics.LocksLostTotal, 1},
+	} {
+		if got := series(t, reg, c.name, metrics.ClassDefault, metrics.ReasonForced); got != c.want {
+			t.Errorf("%s{reason=forced} = %v, want %v", c.name, got, c.want)
+		}
+	}
+	for _, s := range [][2]string{{metrics.ReleaseFailuresTotal, metrics.ReasonRedisError}, {metrics.ReleaseFailuresTotal, metrics.ReasonNotHeld},
+		{metrics.RenewalFailuresTotal, metrics.ReasonNotHeld}, {metrics.LocksLostTotal, metrics.ReasonNotHeld}} {
+		if got := series(t, reg, s[0], metrics.ClassDefault, s[1]); got != 0 {
+			t.Errorf("%s{reason=%s} = %v, want 0", s[0], s[1], got)
+		}
+	}
+}

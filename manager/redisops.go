@@ -75,10 +75,26 @@ func hasReplyPrefix(err error, prefix string) bool {
 
 // isAmbiguous reports whether a command that failed with err may still have
 // run (or may still run later) on the server: a timeout, a dropped
-// connection or a cancelled context after the command was written.
+// connection or a cancelled context after the command was written. An
+// error that shows the command never left is not (see neverSent).
 func isAmbiguous(err error) bool {
 	return err != nil && !isReply(err) && !errors.Is(err, redis.Nil) && !errors.Is(err, redis.ErrPoolTimeout) &&
-		!errors.Is(err, redis.ErrClosed) && !errors.Is(err, syscall.ECONNREFUSED)
+		!errors.Is(err, redis.ErrClosed) && !errors.Is(err, syscall.ECONNREFUSED) && !neverSent(err)
+}
+
+// neverSent reports whether err says a command was never written: a dial
+// that failed, or a context that ended before the command had a
+// connection. go-redis answers the bare context error only then (once a
+// command is on a connection, an ended deadline is the connection's
+// timeout, a *net.OpError), and so do the coalescer and exchange for a
+// command they never sent; a caller that stopped waiting for a command in
+// flight gets an *abandonedError instead.
+func neverSent(err error) bool {
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		return oe.Op == "dial"
+	}
+	return (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) && !isAbandoned(err)
 }
 
 // isWrongType reports whether err is Redis's WRONGTYPE reply: the key

@@ -26,11 +26,36 @@ import (
 // release path, sent one call at a time or many in a pipeline.
 
 // releaseAll releases what Close found held: locks and orphaned tokens.
+// It tries until ctx ends or the last of them would have expired anyway:
+// an orphan whose time is up is not sent at all.
 func (m *Manager) releaseAll(ctx context.Context, locks []*Lock, orphans []orphan) error {
-	if failed, err := m.releaseLocks(ctx, locks, orphans, time.Time{}); failed > 0 {
+	now := time.Now()
+	var until time.Time
+	live := orphans[:0]
+	for _, o := range orphans {
+		if o.deadline.After(now) {
+			live = append(live, o)
+			until = later(until, o.deadline)
+		}
+	}
+	for _, l := range locks {
+		until = later(until, l.validUntilNow())
+	}
+	if len(locks) == 0 && len(live) == 0 {
+		return nil
+	}
+	if failed, err := m.releaseLocks(ctx, locks, live, until); failed > 0 {
 		return fmt.Errorf("shardlock: close: %d locks not released: %w", failed, err)
 	}
 	return nil
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // releaseLocks releases locks (single or batch) and orphaned tokens with one
@@ -72,10 +97,14 @@ func (m *Manager) releaseLocks(ctx context.Context, locks []*Lock, orphans []orp
 		)
 		for i, c := range calls {
 			it := items[i]
-			if err := c.cmd.Err(); err != nil && isTransient(err) {
+			if err := c.cmd.Err(); err != nil && (isTransient(err) || !isReply(err) && !errors.Is(err, redis.Nil)) {
+				// Not settled: tried again while the errors are
+				// transient, else counted as not released.
 				it.ambiguous = it.ambiguous || isAmbiguous(err)
 				rest = append(rest, it)
-				firstErr = err
+				if firstErr == nil || !isTransient(firstErr) {
+					firstErr = err
+				}
 				continue
 			}
 			it.settle(c.cmd, sentAt)

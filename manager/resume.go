@@ -30,7 +30,7 @@ var ErrForgotten = errors.New("shardlock: lock handed on (forgotten)")
 // one or a bad resource, before any round trip. Batch locks cannot be
 // resumed.
 func (m *Manager) Resume(ctx context.Context, resource, token string, opts ...AcquireOption) (*Lock, error) {
-	if err := m.usable(); err != nil {
+	if err := m.open(); err != nil {
 		return nil, err
 	}
 	if ctx == nil {
@@ -150,7 +150,7 @@ const forcedRecordTTL = 5 * time.Minute
 // bad resource or an empty, non-printable or too long reason (at most
 // MaxReasonLen bytes), before any round trip.
 func (m *Manager) ForceRelease(ctx context.Context, resource, reason string) error {
-	if err := m.usable(); err != nil {
+	if err := m.open(); err != nil {
 		return err
 	}
 	if ctx == nil {

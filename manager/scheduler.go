@@ -419,7 +419,7 @@ func (s *scheduler) renewResult(r renewal, c scriptCall) {
 		l.markLost(ErrExpired)
 		return
 	case err == nil && res == scripts.Forced:
-		l.cls.Renewed(metrics.ReasonNotHeld)
+		l.cls.Renewed(metrics.ReasonForced)
 		l.markLost(s.m.forcedError(l.key, l.token))
 		return
 	case err == nil:

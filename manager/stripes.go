@@ -64,7 +64,7 @@ func (m *Manager) TryAcquireStripe(ctx context.Context, resource string, stripes
 }
 
 func (m *Manager) acquireStripe(ctx context.Context, resource string, stripes int, partition string, opts []AcquireOption, wait bool) (*Lock, error) {
-	if err := m.usable(); err != nil {
+	if err := m.open(); err != nil {
 		return nil, err
 	}
 	names, err := stripeNames("stripes", resource, stripes, sharding.StripeIndex(partition, stripes))
@@ -96,7 +96,7 @@ func (m *Manager) TryAcquireAny(ctx context.Context, resource string, permits in
 }
 
 func (m *Manager) acquireAny(ctx context.Context, resource string, permits int, opts []AcquireOption, wait bool) (*Lock, error) {
-	if err := m.usable(); err != nil {
+	if err := m.open(); err != nil {
 		return nil, err
 	}
 	names, err := stripeNames("permits", resource, permits)

@@ -69,6 +69,7 @@ const (
 	ReasonTooManyWaiters = "too_many_waiters" // the local waiter cap was reached
 	ReasonNotHeld        = "not_held"         // another owner holds the key
 	ReasonExpired        = "expired"          // the key was gone
+	ReasonForced         = "forced"           // an operator removed the lock (ForceRelease)
 	ReasonValidity       = "validity"         // the validity ran out with no successful renewal
 	ReasonMaxHold        = "max_hold"         // the lock reached its max hold and expired
 	ReasonWrongType      = "wrong_type"       // a key under the lock prefix that is not a string
@@ -79,9 +80,9 @@ const (
 var (
 	AcquireFailureReasons = []string{ReasonContended, ReasonTimeout, ReasonCanceled, ReasonInvalid,
 		ReasonClosed, ReasonReplicaAck, ReasonRedisError, ReasonTooManyWaiters}
-	ReleaseFailureReasons = []string{ReasonNotHeld, ReasonExpired, ReasonRedisError}
-	RenewalFailureReasons = []string{ReasonNotHeld, ReasonExpired, ReasonRedisError}
-	LostReasons           = []string{ReasonNotHeld, ReasonExpired, ReasonValidity, ReasonMaxHold}
+	ReleaseFailureReasons = []string{ReasonNotHeld, ReasonExpired, ReasonForced, ReasonRedisError}
+	RenewalFailureReasons = []string{ReasonNotHeld, ReasonExpired, ReasonForced, ReasonRedisError}
+	LostReasons           = []string{ReasonNotHeld, ReasonExpired, ReasonForced, ReasonValidity, ReasonMaxHold}
 	ScanSkipReasons       = []string{ReasonWrongType, ReasonUnreadable}
 )
 
