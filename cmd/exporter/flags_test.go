@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"os"
@@ -54,16 +55,18 @@ func TestBinaryRefusesBadFlags(t *testing.T) {
 		wantCode int
 		wantErr  string // in stderr
 	}{
-		{"empty telemetry path", []string{"-web.telemetry-path", ""}, 1, "-web.telemetry-path"},
-		{"relative telemetry path", []string{"-web.telemetry-path", "metrics"}, 1, "-web.telemetry-path"},
-		{"telemetry path /", []string{"-web.telemetry-path", "/"}, 1, "-web.telemetry-path"},
-		{"telemetry path /healthz", []string{"-web.telemetry-path", "/healthz"}, 1, "-web.telemetry-path"},
-		{"probe timeout past the longest TTL", []string{"-probe.timeout", "12h1s"}, 1, "-probe.timeout"},
-		{"probe timeout of days", []string{"-probe.timeout", "100h"}, 1, "-probe.timeout"},
-		{"negative probe timeout", []string{"-probe.timeout", "-1s"}, 1, "-probe.timeout"},
-		{"negative scan timeout", []string{"-scan.timeout", "-1s"}, 1, "-scan.timeout"},
-		{"zero scan interval", []string{"-scan.interval", "0s"}, 1, "-scan.interval"},
-		{"web config that cannot load", []string{"-web.config.file", badWeb}, 1, "-web.config.file"},
+		{"no Redis address and no -demo", nil, 1, "-redis.addr"},
+		{"-demo with a Redis address", []string{"-demo", "-redis.addr", "127.0.0.1:1"}, 1, "-demo"},
+		{"empty telemetry path", []string{"-demo", "-web.telemetry-path", ""}, 1, "-web.telemetry-path"},
+		{"relative telemetry path", []string{"-demo", "-web.telemetry-path", "metrics"}, 1, "-web.telemetry-path"},
+		{"telemetry path /", []string{"-demo", "-web.telemetry-path", "/"}, 1, "-web.telemetry-path"},
+		{"telemetry path /healthz", []string{"-demo", "-web.telemetry-path", "/healthz"}, 1, "-web.telemetry-path"},
+		{"probe timeout past the longest TTL", []string{"-demo", "-probe.timeout", "12h1s"}, 1, "-probe.timeout"},
+		{"probe timeout of days", []string{"-demo", "-probe.timeout", "100h"}, 1, "-probe.timeout"},
+		{"negative probe timeout", []string{"-demo", "-probe.timeout", "-1s"}, 1, "-probe.timeout"},
+		{"negative scan timeout", []string{"-demo", "-scan.timeout", "-1s"}, 1, "-scan.timeout"},
+		{"zero scan interval", []string{"-demo", "-scan.interval", "0s"}, 1, "-scan.interval"},
+		{"web config that cannot load", []string{"-demo", "-web.config.file", badWeb}, 1, "-web.config.file"},
 		{"help", []string{"-h"}, 0, "-web.telemetry-path"},
 	}
 	for _, tt := range tests {
@@ -104,5 +107,49 @@ func TestBinaryRefusesBadFlags(t *testing.T) {
 				t.Fatalf("it said it was serving first: %q", stdout.String())
 			}
 		})
+	}
+}
+
+// The web server's log lines (exporter-toolkit's) go to the exporter's
+// logger, as JSON on stderr, with the exporter's own.
+func TestBinaryLogsTheWebServer(t *testing.T) {
+	cmd := exec.Command(binary(t), "-demo", "-web.listen-address", "127.0.0.1:0")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	serving := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		found := false
+		for sc.Scan() {
+			if !found && strings.HasPrefix(sc.Text(), "serving ") {
+				found = true
+				serving <- true
+			}
+		}
+		if !found {
+			serving <- false
+		}
+	}()
+	select {
+	case ok := <-serving:
+		if !ok {
+			t.Fatalf("it never said it was serving; stderr %q", stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("not serving within 20 s")
+	}
+	_ = cmd.Process.Signal(os.Interrupt)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit: %v; stderr %q", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), `"msg":"Listening on"`) {
+		t.Fatalf("exporter-toolkit's lines are not in the log: %q", stderr.String())
 	}
 }

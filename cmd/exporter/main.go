@@ -1,8 +1,9 @@
 // Command shardlock-exporter scans a Redis deployment for shardlock's lock
 // keys and serves leak gauges, lock-service health and a synthetic probe to
-// Prometheus. With no Redis address it runs a demo on an embedded Redis.
+// Prometheus. It needs a Redis address; -demo runs a demo workload on an
+// embedded Redis instead.
 //
-//	go run ./cmd/exporter                                  # demo mode
+//	go run ./cmd/exporter -demo                            # demo mode
 //	go run ./cmd/exporter -redis.addr 127.0.0.1:7000,127.0.0.1:7001
 //
 // Every flag falls back to an environment variable: -redis.addr is

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/exporter-toolkit/web"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+	"go.uber.org/zap/exp/zapslog"
 
 	"github.com/shardlock/shardlock/internal/cliflags"
 	"github.com/shardlock/shardlock/internal/exporter"
@@ -32,6 +33,7 @@ type options struct {
 	probeInterval, probeTimeout        time.Duration
 	scanCount                          int64
 	maxKeys, maxClasses                int
+	demo                               bool
 }
 
 // envPrefix starts the environment variable that stands in for a flag.
@@ -40,7 +42,8 @@ const envPrefix = "SHARDLOCK_EXPORTER_"
 func parseFlags(args []string) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("shardlock-exporter", flag.ContinueOnError)
-	o.Redis.Register(fs, "empty: demo mode on an embedded Redis")
+	o.Redis.Register(fs, "required unless -demo")
+	fs.BoolVar(&o.demo, "demo", false, "serve a demo instead: a lock workload on an embedded Redis (made-up data: never in production)")
 	fs.DurationVar(&o.scanInterval, "scan.interval", 30*time.Second, "time between background scans")
 	fs.DurationVar(&o.scanTimeout, "scan.timeout", 20*time.Second, "deadline of one scan")
 	fs.Int64Var(&o.scanCount, "scan.count", 1000, "SCAN COUNT")
@@ -67,6 +70,12 @@ func parseFlags(args []string) (*options, error) {
 // validate rejects flag values the exporter cannot work with, before it
 // connects or serves anything.
 func (o *options) validate() error {
+	switch {
+	case o.Addr == "" && !o.demo:
+		return fmt.Errorf("no Redis to watch: set -redis.addr (or %s), or run the demo with -demo", cliflags.EnvName(envPrefix, "redis.addr"))
+	case o.Addr != "" && o.demo:
+		return fmt.Errorf("-demo runs on an embedded Redis: it takes no -redis.addr (%q)", o.Addr)
+	}
 	p := o.telemetryPath
 	if !strings.HasPrefix(p, "/") || p == "/" || p == "/healthz" {
 		return fmt.Errorf("-web.telemetry-path %q: want a path that starts with / and is neither / nor /healthz", p)
@@ -103,7 +112,10 @@ func run(ctx context.Context, args []string, out io.Writer, ready chan<- string)
 	if err != nil {
 		return err
 	}
-	logger, _ := zap.NewProduction()
+	logger, err := zap.NewProduction()
+	if err != nil {
+		return fmt.Errorf("logger: %w", err)
+	}
 	defer func() { _ = logger.Sync() }()
 
 	reg := prometheus.NewRegistry()
@@ -141,7 +153,7 @@ func run(ctx context.Context, args []string, out io.Writer, ready chan<- string)
 	expDone := make(chan error, 1)
 	go func() { expDone <- exp.Run(runCtx) }()
 	srvDone := make(chan error, 1)
-	go func() { srvDone <- web.Serve(ln, srv, webFlags, slog.New(slog.NewTextHandler(io.Discard, nil))) }()
+	go func() { srvDone <- web.Serve(ln, srv, webFlags, slog.New(zapslog.NewHandler(logger.Core()))) }()
 
 	if demo != nil {
 		fmt.Fprintf(out, "demo: an embedded Redis with a contended lock, a slow holder and one leaked key (no TTL)\n")
@@ -154,12 +166,12 @@ func run(ctx context.Context, args []string, out io.Writer, ready chan<- string)
 	return waitServing(ctx, cancel, srv, srvDone, expDone)
 }
 
-// openRedis returns the client to scan: the flags' Redis, or, without an
-// address, an embedded miniredis with a demo workload on it (its scans and
+// openRedis returns the client to scan: the flags' Redis, or, with -demo,
+// an embedded miniredis with a demo workload on it (its scans and
 // probes made frequent, so the page changes while you look). closeRedis
 // stops the demo and closes what it opened.
 func openRedis(ctx context.Context, o *options, reg *prometheus.Registry) (client redis.UniversalClient, demo *demoWorkload, closeRedis func(), err error) {
-	if o.Addr != "" {
+	if !o.demo {
 		client, err = o.client()
 		if err != nil {
 			return nil, nil, nil, err

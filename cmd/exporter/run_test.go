@@ -108,10 +108,10 @@ func promtoolCheck(t *testing.T, body string) {
 	}
 }
 
-// Demo mode: no Redis address, an embedded Redis with a workload; the
+// Demo mode (-demo): an embedded Redis with a workload; the
 // leak, the library's metrics and the probe show up.
 func TestDemoMode(t *testing.T) {
-	addr, stop := start(t)
+	addr, stop := start(t, "-demo")
 	defer stop()
 	body := waitFor(t, addr,
 		`shardlock_lock_keys_without_expiry{lock_class="report"} 1`,
@@ -164,7 +164,7 @@ func TestWebConfigBasicAuth(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte("basic_auth_users:\n  prom: "+string(hash)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	addr, stop := start(t, "-web.config.file", cfg)
+	addr, stop := start(t, "-demo", "-web.config.file", cfg)
 	defer stop()
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
