@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -95,10 +96,11 @@ func (in *fuzzInput) acquireOptions() []manager.AcquireOption {
 	return opts
 }
 
-// FuzzPublicAPI drives the manager's public API with random options and
-// inputs: a run never panics, every error for bad input is typed, and once
-// the manager is closed no lock key is left behind (fence counters are
-// kept by design).
+// FuzzPublicAPI drives the manager's public API (every method of Manager,
+// Lock, MultiLock and Leadership) with random options and inputs: a run
+// never panics, every error for bad input is typed, and once the manager
+// is closed no lock key is left behind, and every key it wrote has a TTL
+// (fence counters and forced-release records expire on their own).
 func FuzzPublicAPI(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15})
@@ -136,17 +138,21 @@ func FuzzPublicAPI(f *testing.F) {
 		ctx := context.Background()
 		var locks []*manager.Lock
 		var multis []*manager.MultiLock
-		lostDo := map[string]bool{} // lock keys of Do calls whose lock was lost
+		var leads []*manager.Leadership
+		lostDo := map[string]bool{}   // lock keys of Do calls whose lock was lost
+		forgotten := map[string]bool{} // tokens of locks handed on with Forget: their keys stay until their TTL
 		check := func(op string, err error) {
 			if err != nil && !errors.Is(err, manager.ErrInvalidArgument) && !errors.Is(err, manager.ErrNotAcquired) &&
 				!errors.Is(err, manager.ErrLockLost) && !errors.Is(err, manager.ErrNotHeld) && !errors.Is(err, manager.ErrExpired) &&
-				!errors.Is(err, manager.ErrReleased) && !errors.Is(err, context.DeadlineExceeded) {
+				!errors.Is(err, manager.ErrReleased) && !errors.Is(err, context.DeadlineExceeded) &&
+				!errors.Is(err, manager.ErrNoLeader) && !errors.Is(err, manager.ErrForgotten) && !errors.Is(err, manager.ErrNilLock) &&
+				!errors.Is(err, manager.ErrCrossSlot) {
 				t.Fatalf("%s: unexpected error %v", op, err)
 			}
 		}
 		for step := 0; step < 12 && len(in.b) > 0; step++ {
 			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			switch in.pick(10) {
+			switch in.pick(24) {
 			case 0:
 				l, err := m.TryAcquire(cctx, in.resource(), in.acquireOptions()...)
 				check("TryAcquire", err)
@@ -216,6 +222,125 @@ func FuzzPublicAPI(f *testing.F) {
 				} else if len(multis) > 0 {
 					check("MultiLock.Release", multis[in.pick(len(multis))].Release(cctx))
 				}
+			case 10:
+				read := in.pick(2) == 0
+				var l *manager.Lock
+				var err error
+				if read {
+					l, err = m.TryAcquireRead(cctx, in.resource(), in.acquireOptions()...)
+				} else {
+					l, err = m.TryAcquireWrite(cctx, in.resource(), in.acquireOptions()...)
+				}
+				check("TryAcquireRead/Write", err)
+				if err == nil {
+					locks = append(locks, l)
+				}
+			case 11:
+				wait := append(in.acquireOptions(), manager.WithWait(10*time.Millisecond))
+				var l *manager.Lock
+				var err error
+				if in.pick(2) == 0 {
+					l, err = m.AcquireRead(cctx, in.resource(), wait...)
+				} else {
+					l, err = m.AcquireWrite(cctx, in.resource(), wait...)
+				}
+				check("AcquireRead/Write", err)
+				if err == nil {
+					locks = append(locks, l)
+				}
+			case 12:
+				wctx, wcancel := context.WithTimeout(cctx, 20*time.Millisecond)
+				ld, err := m.Campaign(wctx, in.resource(), in.acquireOptions()...)
+				wcancel()
+				check("Campaign", err)
+				if err == nil {
+					leads = append(leads, ld)
+				}
+			case 13:
+				if len(leads) > 0 {
+					ld := leads[in.pick(len(leads))]
+					_, _, _, _ = ld.Name(), ld.Term(), ld.Done(), ld.Context()
+					check("Leadership.Err", ld.Err())
+					check("Resign", ld.Resign(cctx))
+				}
+			case 14:
+				_, err := m.Leader(cctx, in.resource())
+				check("Leader", err)
+			case 15:
+				octx, ocancel := context.WithTimeout(cctx, 20*time.Millisecond)
+				ch, err := m.Observe(octx, in.resource())
+				check("Observe", err)
+				if err == nil {
+					for range ch { // closed when octx ends
+					}
+				}
+				ocancel()
+			case 16:
+				_, err := m.Inspect(cctx, in.resource())
+				check("Inspect", err)
+			case 17:
+				n := 0
+				for _, err := range m.List(cctx, manager.ListOptions{Prefix: in.resource(), Count: int64(in.pick(3))}) {
+					check("List", err)
+					if n++; n > 100 {
+						break
+					}
+				}
+			case 18:
+				check("ForceRelease", m.ForceRelease(cctx, in.resource(), in.resource()))
+			case 19:
+				token := in.resource()
+				if len(locks) > 0 && in.pick(2) == 0 {
+					token = locks[in.pick(len(locks))].Token()
+				}
+				l, err := m.Resume(cctx, in.resource(), token, in.acquireOptions()...)
+				check("Resume", err)
+				if err == nil {
+					locks = append(locks, l)
+				}
+			case 20:
+				if len(locks) > 0 {
+					l := locks[in.pick(len(locks))]
+					if err := l.Forget(); err == nil {
+						forgotten[l.Token()] = true
+					} else {
+						check("Forget", err)
+					}
+				}
+			case 21:
+				var l *manager.Lock
+				var err error
+				switch in.pick(4) {
+				case 0:
+					l, err = m.TryAcquireAny(cctx, in.resource(), in.pick(5), in.acquireOptions()...)
+				case 1:
+					l, err = m.TryAcquireStripe(cctx, in.resource(), in.pick(5), in.resource(), in.acquireOptions()...)
+				default:
+					l, err = m.AcquireBatch(cctx, []string{in.resource(), in.resource()}, append(in.acquireOptions(), manager.WithWait(10*time.Millisecond))...)
+				}
+				check("TryAcquireAny/TryAcquireStripe/AcquireBatch", err)
+				if err == nil {
+					locks = append(locks, l)
+				}
+			case 22:
+				ml, err := m.TryAcquireMulti(cctx, []string{in.resource(), in.resource()}, in.acquireOptions()...)
+				check("TryAcquireMulti", err)
+				if err == nil {
+					multis = append(multis, ml)
+				}
+			case 23:
+				if len(multis) > 0 {
+					ml := multis[in.pick(len(multis))]
+					_, _, _, _, _ = ml.Locks(), ml.Resources(), ml.Keys(), ml.Fences(), ml.Done()
+					_, _ = ml.Context(), ml.Err()
+					check("MultiLock.Extend", ml.Extend(cctx, in.duration()))
+					_, err := ml.TTL(cctx)
+					check("MultiLock.TTL", err)
+				} else if len(locks) > 0 {
+					l := locks[in.pick(len(locks))]
+					_, _, _, _, _, _ = l.Resource(), l.Key(), l.Token(), l.Fence(), l.AcquiredAt(), l.Replicas()
+					_, _, _ = l.Resources(), l.Keys(), l.Fences()
+				}
 			}
 			cancel()
 		}
@@ -241,12 +366,31 @@ func FuzzPublicAPI(f *testing.F) {
 				lost[l.Token()] = true
 			}
 		}
+		for _, l := range leads {
+			if errors.Is(l.Err(), manager.ErrLockLost) {
+				k, _ := sharding.LockKey(sharding.DefaultPrefix, "election:"+l.Name())
+				lostDo[k] = true
+			}
+		}
 		for _, k := range mr.Keys() {
-			if sharding.IsHelperKey(k) { // fence counters stay; release records expire
+			if sharding.IsHelperKey(k) { // fence counters, queues and forced records expire on their own
+				if mr.TTL(k) <= 0 {
+					t.Fatalf("helper key %q has no TTL", k)
+				}
 				continue
 			}
 			v, _ := mr.Get(k)
-			if lost[strings.TrimSuffix(v, sharding.QueuedMark)] || lostDo[k] {
+			toks := []string{strings.TrimSuffix(v, sharding.QueuedMark)}
+			if mr.Type(k) == "hash" { // a read-write lock: its writer's and readers' tokens
+				toks = []string{mr.HGet(k, "w")}
+				fields, _ := mr.HKeys(k)
+				for _, f := range fields {
+					if r, ok := strings.CutPrefix(f, "r:"); ok {
+						toks = append(toks, r)
+					}
+				}
+			}
+			if lostDo[k] || slices.ContainsFunc(toks, func(tok string) bool { return lost[tok] || forgotten[tok] && mr.TTL(k) > 0 }) {
 				continue
 			}
 			if ttl := mr.TTL(k); ttl > 0 && ttl <= 10*time.Millisecond {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -317,6 +319,63 @@ func TestZeroValuesAreSafe(t *testing.T) {
 			t.Fatalf("zero MultiLock Release = %v", err)
 		}
 	})
+	// Every exported method, called on a nil and a zero value with zero
+	// arguments (a live context where one is taken), returns without a
+	// panic; the Manager's answer an *InvalidArgumentError.
+	for _, v := range []any{(*manager.Manager)(nil), &manager.Manager{}, (*manager.Lock)(nil), &manager.Lock{},
+		(*manager.MultiLock)(nil), &manager.MultiLock{}, (*manager.Leadership)(nil), &manager.Leadership{}} {
+		rv := reflect.ValueOf(v)
+		name := fmt.Sprintf("%T", v)
+		if rv.IsNil() {
+			name = "nil " + name
+		}
+		for i := range rv.NumMethod() {
+			method := rv.Type().Method(i).Name
+			t.Run(name+"."+method, func(t *testing.T) {
+				for _, out := range callWithZeroArgs(t, rv.Method(i)) {
+					err, isErr := out.Interface().(error)
+					if isErr && rv.Type() == reflect.TypeFor[*manager.Manager]() && !errors.Is(err, manager.ErrInvalidArgument) {
+						t.Errorf("= %v, want ErrInvalidArgument", err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// callWithZeroArgs calls f with zero values (context.Background() for a
+// context) and returns its results; a result that is an iterator (List's)
+// is ranged over, its errors returned too.
+func callWithZeroArgs(t *testing.T, f reflect.Value) []reflect.Value {
+	t.Helper()
+	ft := f.Type()
+	n := ft.NumIn()
+	if ft.IsVariadic() {
+		n-- // no variadic arguments
+	}
+	args := make([]reflect.Value, n)
+	for i := range n {
+		if in := ft.In(i); in == reflect.TypeFor[context.Context]() {
+			args[i] = reflect.ValueOf(context.Background())
+		} else {
+			args[i] = reflect.Zero(in)
+		}
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			t.Fatalf("panic: %v", p)
+		}
+	}()
+	outs := f.Call(args)
+	var more []reflect.Value
+	for _, out := range outs {
+		if seq, ok := out.Interface().(iter.Seq2[manager.LockInfo, error]); ok {
+			for _, err := range seq {
+				more = append(more, reflect.ValueOf(&err).Elem())
+			}
+		}
+	}
+	return append(outs, more...)
 }
 
 // A client kind the Manager cannot route by (a Ring shards by its own

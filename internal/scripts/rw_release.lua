@@ -7,8 +7,11 @@
 -- share of it (its time ran out, or the key is gone), -1 when another
 -- writer or a key that is not a read-write lock of shardlock's holds it.
 --
--- A release leaves nothing behind: a re-send finds no share of its token,
--- which the caller reads as release.lua's answers are read.
+-- A release leaves nothing behind: a lock left with no holder, no queue
+-- and no writer waiting is deleted (its last fence goes with it: the
+-- clock part of the fence rule keeps fences rising), and a re-send finds
+-- no share of its token, which the caller reads as release.lua's answers
+-- are read.
 -- #include rw.lua
 local k, tok = KEYS[1], ARGV[1]
 local s = rw_load(k)
@@ -30,4 +33,5 @@ else
   return 0
 end
 if rw_hand_over(k, s) then return 2 end
+if not s.w and s.n == 0 and not s.q and not rw_writer_waits(s) then redis.call('DEL', k) end
 return 1
