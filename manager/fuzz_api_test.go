@@ -139,7 +139,7 @@ func FuzzPublicAPI(f *testing.F) {
 		var locks []*manager.Lock
 		var multis []*manager.MultiLock
 		var leads []*manager.Leadership
-		lostDo := map[string]bool{}   // lock keys of Do calls whose lock was lost
+		lostDo := map[string]bool{}    // lock keys of Do calls whose lock was lost
 		forgotten := map[string]bool{} // tokens of locks handed on with Forget: their keys stay until their TTL
 		check := func(op string, err error) {
 			if err != nil && !errors.Is(err, manager.ErrInvalidArgument) && !errors.Is(err, manager.ErrNotAcquired) &&
