@@ -728,6 +728,7 @@ func (m *Manager) className(resource string) (class string) {
 		if c := m.cfg.classFunc(resource); c != "" {
 			return c
 		}
+		return metrics.ClassDefault
 	}
-	return metrics.ClassDefault
+	return metrics.ClassOf(resource)
 }

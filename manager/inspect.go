@@ -209,8 +209,9 @@ func firstErr(cmds ...redis.Cmder) error {
 type ListOptions struct {
 	// Prefix keeps the resources that start with it ("" keeps all).
 	Prefix string
-	// Class keeps the locks of that metrics class, as WithClassFunc names
-	// it ("" keeps all; without WithClassFunc every lock is "default").
+	// Class keeps the locks of that metrics class, as the Manager names
+	// it (WithClassFunc; by default metrics.ClassOf, the resource's
+	// namespace); "" keeps all.
 	Class string
 	// Count is SCAN's COUNT hint per round trip (0: 1000).
 	Count int64

@@ -247,7 +247,8 @@ func WithMetrics(m *metrics.Metrics) Option { return optionFunc(func(c *config) 
 // does not (WithClass). It must return a small set of names: a
 // prefix of the resource, say, never the resource itself (past the
 // metrics' class cap, classes fold into "overflow"). The default is
-// "default" for every lock.
+// metrics.ClassOf, the resource's namespace ("order" for "order:123"),
+// which the exporter and the shardlock tool's list -class use too.
 func WithClassFunc(f func(resource string) string) Option {
 	return optionFunc(func(c *config) { c.classFunc = f })
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/shardlock/shardlock/internal/exporter"
 	"github.com/shardlock/shardlock/manager"
 	"github.com/shardlock/shardlock/metrics"
 )
@@ -32,7 +31,7 @@ func startDemo(ctx context.Context, client redis.UniversalClient, reg prometheus
 	}
 	m, err := manager.New(ctx, client, manager.WithMetrics(mx), manager.WithOwner("demo"),
 		manager.WithTTL(3*time.Second),
-		manager.WithClassFunc(exporter.DefaultClassOf),
+		manager.WithClassFunc(metrics.ClassOf),
 		manager.WithRetry(manager.ExponentialBackoff(5*time.Millisecond, 100*time.Millisecond)))
 	if err != nil {
 		return nil, err

@@ -77,7 +77,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	sub.SetOutput(stderr)
 	output := sub.String("o", "table", "output: table or json")
 	prefix := sub.String("prefix", "", "list: resources starting with this")
-	class := sub.String("class", "", "list: locks of this metrics class")
+	class := sub.String("class", "", "list: locks of this class: the resource's namespace, as the library and the exporter name it (\"order\" for order:123)")
 	force := sub.Bool("force", false, "release: required, to say it is meant")
 	reason := sub.String("reason", "", "release: why, recorded for the evicted holder and logged")
 	if err := sub.Parse(rest); err != nil {

@@ -65,6 +65,15 @@ func TestCLI(t *testing.T) {
 			t.Fatal("list printed a token")
 		}
 	}
+	// -class matches the class the library and the exporter name
+	// (metrics.ClassOf): the resource's namespace.
+	if _, err := m.TryAcquire(ctx, u+":order"); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs = cli(t, append(flags, "list", "-prefix", u, "-class", u, "-o", "json")...)
+	if code != exitOK || strings.Count(out, "\n") != 1 || !strings.Contains(out, u+":order") {
+		t.Fatalf("list -class %s: exit %d, %q %s", u, code, out, errs)
+	}
 	code, out, _ = cli(t, append(flags, "show", u+"-a")...)
 	if code != exitOK || !strings.Contains(out, "cli-test") || !strings.Contains(out, "RESOURCE") {
 		t.Fatalf("show: exit %d, %q", code, out)

@@ -152,7 +152,7 @@ func TestAlertsReachWebhookAndDashboardsHaveData(t *testing.T) {
 		t.Fatal(err)
 	}
 	m, err := manager.New(ctx, c, manager.WithMetrics(mx), manager.WithKeyPrefix(prefix),
-		manager.WithTTL(2*time.Second), manager.WithClassFunc(exporter.DefaultClassOf))
+		manager.WithTTL(2*time.Second), manager.WithClassFunc(metrics.ClassOf))
 	if err != nil {
 		t.Fatal(err)
 	}

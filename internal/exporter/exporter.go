@@ -82,24 +82,11 @@ func (c *Config) defaults() {
 		c.MaxClasses = metrics.DefaultMaxClasses
 	}
 	if c.ClassOf == nil {
-		c.ClassOf = DefaultClassOf
+		c.ClassOf = metrics.ClassOf
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
-}
-
-// DefaultClassOf is the resource up to its first ':', without braces:
-// "order:123" and "{order:123}:stock" are both "order".
-func DefaultClassOf(resource string) string {
-	r := strings.Trim(resource, "{}")
-	if i := strings.IndexAny(r, ":{}"); i >= 0 {
-		r = r[:i]
-	}
-	if r == "" {
-		return metrics.ClassOther
-	}
-	return r
 }
 
 // ClassStats is what a scan found for one lock class.

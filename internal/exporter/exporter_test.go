@@ -158,17 +158,6 @@ func TestRunProbesEveryMaster(t *testing.T) {
 	}
 }
 
-func TestDefaultClassOf(t *testing.T) {
-	tests := []struct{ give, want string }{
-		{"order:123", "order"}, {"{order:123}:stock", "order"}, {"plain", "plain"}, {":x", "other"}, {"{a}b", "a"},
-	}
-	for _, tt := range tests {
-		if got := exporter.DefaultClassOf(tt.give); got != tt.want {
-			t.Errorf("DefaultClassOf(%q) = %q, want %q", tt.give, got, tt.want)
-		}
-	}
-}
-
 // Keys under the prefix that are not lock keys (a hash, a list, a set, a
 // resource that is not UTF-8) are skipped and counted; the scan goes on,
 // its gauges are served without a panic, and the keys are left as they are.
