@@ -340,7 +340,7 @@ type acquireConfig struct {
 	ttl      time.Duration
 	wait     time.Duration
 	retry    RetryStrategy
-	retrySet bool // retry is the caller's (WithRetry, WithRetry), followed to the letter
+	retrySet bool // retry is the caller's (WithRetry, to New or to the acquire), followed to the letter
 	fencing  bool
 	maxHold  time.Duration
 	watchdog bool

@@ -13,8 +13,8 @@ import (
 // and returns the pause before the next one; zero or a negative duration
 // stops retrying, as in bsm/redislock, so a strategy ported from there
 // means the same here and none retries in a tight loop by accident. An attempt is a round trip to Redis; a lock handed over by the
-// release before is taken without one. A strategy given with WithRetry or
-// WithRetry is followed exactly, queued or not: NoRetry makes one
+// release before is taken without one. A strategy given with WithRetry (to
+// New or to one acquire) is followed exactly, queued or not: NoRetry makes one
 // attempt, LimitRetry(s, n) n. The default strategy's waits while queued
 // in the fair queue are at least 100 ms (the release hands the lock over
 // at once). It is called concurrently by every waiting Acquire of a Manager,

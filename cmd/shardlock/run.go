@@ -29,7 +29,8 @@ const usage = `Usage: shardlock [flags] COMMAND [command flags] [RESOURCE]
 
 Commands:
   list     list the locks held (every master of a cluster), optionally by
-           resource prefix (-prefix) or metrics class (-class)
+           resource prefix (-prefix) or class (-class: the namespace,
+           "order" for order:123, as the metrics name it)
   show     show one lock: holder, since when, TTL, fence, waiters
   release  remove a lock whoever holds it: -force and -reason are required;
            the holder's next renewal or release then fails with the reason
