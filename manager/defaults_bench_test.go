@@ -98,7 +98,8 @@ func BenchmarkDefaultsAlternating(b *testing.B) {
 
 // defaultsFleet is what BenchmarkDefaults compares: four clients made as a
 // service makes them, each also behind go-redis's AutoPipeline(), and a
-// manager with its defaults on each.
+// manager with its defaults on four clients of their own (the floors and
+// the managers share no connection pool, as two services would not).
 type defaultsFleet struct {
 	clients, aps []redis.UniversalClient
 	managers     []*manager.Manager
@@ -107,15 +108,15 @@ type defaultsFleet struct {
 func newDefaultsFleet(b *testing.B, client func(b *testing.B) redis.UniversalClient) defaultsFleet {
 	var f defaultsFleet
 	for range 4 {
-		c := client(b)
-		b.Cleanup(func() { _ = c.Close() })
+		c, mc := client(b), client(b)
+		b.Cleanup(func() { _ = c.Close(); _ = mc.Close() })
 		ap, err := c.AutoPipeline()
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { _ = ap.Close() })
 		f.clients, f.aps = append(f.clients, c), append(f.aps, ap)
-		f.managers = append(f.managers, newManager(b, c))
+		f.managers = append(f.managers, newManager(b, mc))
 	}
 	if err := compareAndDelete.Load(context.Background(), f.clients[0]).Err(); err != nil {
 		b.Fatal(err)
@@ -187,7 +188,7 @@ func floorTimed(cs ...redis.UniversalClient) benchkit.Op { return floorWith(benc
 func floorWith(newCtx benchkit.CallContext, cs ...redis.UniversalClient) benchkit.Op {
 	return func(w int, run string) (time.Duration, error) {
 		c := cs[w%len(cs)]
-		key, tok := fmt.Sprintf("floor:{%s-%d}", run, w), fmt.Sprintf("tok-%d-%d", w, time.Now().UnixNano())
+		key, tok := "floor:{"+benchkit.FreshKey(run, w)+"}", fmt.Sprintf("tok-%d-%d", w, time.Now().UnixNano())
 		ctx, cancel := newCtx()
 		start := time.Now()
 		ok, err := c.SetNX(ctx, key, tok, 10*time.Second).Result()

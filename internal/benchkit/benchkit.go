@@ -6,8 +6,8 @@ package benchkit
 
 import (
 	"context"
-	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -109,6 +109,16 @@ func runOps(g, n int, run string, op Op) ([]time.Duration, error) {
 	return lat, err
 }
 
+// seq numbers the keys FreshKey makes.
+var seq atomic.Uint64
+
+// FreshKey returns a name that no call used before, for worker w of the
+// run named run: a service locks one order, job or user after another,
+// each on its own slot of a cluster, never the same key in a loop.
+func FreshKey(run string, w int) string {
+	return run + "-" + strconv.Itoa(w) + "-" + strconv.FormatUint(seq.Add(1), 36)
+}
+
 // A CallContext makes the context of one lock call.
 type CallContext func() (context.Context, context.CancelFunc)
 
@@ -125,7 +135,8 @@ func Background() (context.Context, context.CancelFunc) {
 }
 
 // Managers takes and releases through ms, worker w on manager w mod
-// len(ms), each on a resource of its own, each call with its own deadline.
+// len(ms), each time on a fresh resource (FreshKey), each call with its own
+// deadline.
 func Managers(ms []*manager.Manager) Op { return ManagersWith(Deadline, ms) }
 
 // ManagersWith is Managers with each call's context made by newCtx.
@@ -134,7 +145,7 @@ func ManagersWith(newCtx CallContext, ms []*manager.Manager) Op {
 		m := ms[w%len(ms)]
 		ctx, cancel := newCtx()
 		start := time.Now()
-		l, err := m.TryAcquire(ctx, fmt.Sprintf("%s-%d", run, w))
+		l, err := m.TryAcquire(ctx, FreshKey(run, w))
 		d := time.Since(start)
 		cancel()
 		if err != nil {
