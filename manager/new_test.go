@@ -3,6 +3,8 @@ package manager_test
 import (
 	"context"
 	"errors"
+	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shardlock/shardlock/internal/testenv"
 	"github.com/shardlock/shardlock/manager"
 )
 
@@ -198,5 +201,49 @@ func (h countAllHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		h.n.Add(int64(len(cmds)))
 		return next(ctx, cmds)
+	}
+}
+
+// The servers the tests run on are the ones the test script says
+// (SHARDLOCK_SERVER): Redis 7.0 or later that is not Valkey, or Valkey 9
+// or later (which reports redis_version 7.2.4 whatever its own version),
+// on the standalone server and every master of the cluster.
+func TestRealServersAreTheExpectedOnes(t *testing.T) {
+	want := os.Getenv("SHARDLOCK_SERVER")
+	ctx := ctxT(t)
+	check := func(name string, c redis.Cmdable) {
+		info, err := c.Info(ctx, "server").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		field := func(k string) string {
+			for line := range strings.Lines(info) {
+				if v, ok := strings.CutPrefix(strings.TrimSpace(line), k+":"); ok {
+					return v
+				}
+			}
+			return ""
+		}
+		major := func(v string) int { n, _ := strconv.Atoi(strings.SplitN(v, ".", 2)[0]); return n }
+		redisV, valkeyV := field("redis_version"), field("valkey_version")
+		t.Logf("%s: redis_version %s, valkey_version %q", name, redisV, valkeyV)
+		switch want {
+		case "redis":
+			if valkeyV != "" || major(redisV) < 7 {
+				t.Errorf("%s: want Redis 7.0 or later, got redis_version %s, valkey_version %q", name, redisV, valkeyV)
+			}
+		case "valkey":
+			if major(valkeyV) < 9 {
+				t.Errorf("%s: want Valkey 9.0 or later, got valkey_version %q", name, valkeyV)
+			}
+		}
+	}
+	check("standalone", testenv.Standalone(t))
+	err := testenv.Cluster(t).ForEachMaster(ctx, func(ctx context.Context, n *redis.Client) error {
+		check(n.Options().Addr, n)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
-# Runs shardlock's whole test suite against real Redis servers:
-# starts a standalone server and a 3-master, 3-replica cluster on 127.0.0.1
+# Runs shardlock's whole test suite against real servers, twice: on
+# Redis 7.0 (Debian's redis-server, the oldest server shardlock supports)
+# and on Valkey 9 (scripts/valkey.sh fetches it from Debian's testing
+# suite without touching the system). For each it starts a standalone
+# server, a Sentinel and two 3-master, 3-replica clusters on 127.0.0.1
 # (installing redis-server, and Prometheus, promtool and Alertmanager from
-# Debian's packages, if they are missing), runs
-# go vet, staticcheck (installed with go install at a pinned version) and
-# go test -race on every package, and stops the servers however
-# the tests end. A test that needs a server fails here rather than skips.
+# Debian's packages, if they are missing), runs go test -race on every
+# package, and stops the servers however the tests end; before them it
+# runs gofmt, go vet and staticcheck (installed with go install at a pinned
+# version), and after the Redis row the fuzz target and every benchmark
+# once. A test that needs a server fails here rather than skips.
+# SHARDLOCK_SERVERS=redis (or valkey) runs one row only.
 #
 #   scripts/test.sh                 # everything
 #   scripts/test.sh -run Stress     # extra arguments go to go test
@@ -19,10 +24,7 @@ if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/de
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq prometheus prometheus-alertmanager >/dev/null
 fi
-scripts/redis-test-env.sh up
-trap 'scripts/redis-test-env.sh down' EXIT
-# shellcheck disable=SC1091
-source "${SHARDLOCK_TEST_DIR:-.redis-test}/env"
+servers=${SHARDLOCK_SERVERS:-redis valkey}
 export SHARDLOCK_REQUIRE_REDIS=1 SHARDLOCK_REQUIRE_TOOLS=1
 
 echo "== gofmt -l ."
@@ -41,17 +43,40 @@ if ! "$staticcheck" -version 2>/dev/null | grep -q "$STATICCHECK_VERSION"; then
 fi
 "$staticcheck" ./...
 (cd bench/rueidis && "$staticcheck" ./...)
-echo "== go test -race ./..."
-go test -race -count=1 -timeout 15m "$@" ./...
-if [ $# -eq 0 ]; then
-  # A count, not a duration: Go 1.26's fuzz coordinator can report its own
-  # -fuzztime deadline as a failure ("context deadline exceeded", no input
-  # written) when a worker is mid-input as the time runs out
-  # (golang/go#75804); a count stops without that deadline.
-  echo "== fuzz the public API (go test -fuzz FuzzPublicAPI, ${FUZZTIME:-5000x})"
-  go test -run '^$' -fuzz '^FuzzPublicAPI$' -fuzztime "${FUZZTIME:-5000x}" ./manager
-  echo "== benchmarks compile and run once (go test -bench . -benchtime 1x)"
-  go test -run '^$' -bench . -benchtime 1x -timeout 10m ./... >/dev/null
-  echo "== the rueidis floor's module (bench/rueidis): vet, and its benchmark once"
-  (cd bench/rueidis && go vet ./... && go test -run '^$' -bench . -benchtime 1x -timeout 5m ./... >/dev/null)
+# row NAME DIR: starts the servers on PATH (their data under DIR) and runs
+# the tests on them, SHARDLOCK_SERVER telling the tests which they are.
+row() {
+  local name=$1
+  export SHARDLOCK_TEST_DIR=$2 SHARDLOCK_SERVER=$1
+  scripts/redis-test-env.sh up
+  trap 'scripts/redis-test-env.sh down' EXIT
+  # shellcheck disable=SC1090
+  source "$SHARDLOCK_TEST_DIR/env"
+  echo "== go test -race ./... on $name ($(redis-server --version | cut -d' ' -f1-3))"
+  go test -race -count=1 -timeout 15m "${@:3}" ./...
+}
+
+if [[ " $servers " == *" redis "* ]]; then
+  row redis "$PWD/.redis-test" "$@"
+  if [ $# -eq 0 ]; then
+    # A count, not a duration: Go 1.26's fuzz coordinator can report its own
+    # -fuzztime deadline as a failure ("context deadline exceeded", no input
+    # written) when a worker is mid-input as the time runs out
+    # (golang/go#75804); a count stops without that deadline.
+    echo "== fuzz the public API (go test -fuzz FuzzPublicAPI, ${FUZZTIME:-5000x})"
+    go test -run '^$' -fuzz '^FuzzPublicAPI$' -fuzztime "${FUZZTIME:-5000x}" ./manager
+    echo "== benchmarks compile and run once (go test -bench . -benchtime 1x)"
+    go test -run '^$' -bench . -benchtime 1x -timeout 10m ./... >/dev/null
+    echo "== the rueidis floor's module (bench/rueidis): vet, and its benchmark once"
+    (cd bench/rueidis && go vet ./... && go test -run '^$' -bench . -benchtime 1x -timeout 5m ./... >/dev/null)
+  fi
+  scripts/redis-test-env.sh down
+  trap - EXIT
+fi
+
+if [[ " $servers " == *" valkey "* ]]; then
+  valkey_bin=$(scripts/valkey.sh)
+  PATH="$valkey_bin:$PATH" row valkey "$PWD/.redis-test-valkey" "$@"
+  PATH="$valkey_bin:$PATH" scripts/redis-test-env.sh down
+  trap - EXIT
 fi
