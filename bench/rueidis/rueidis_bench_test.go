@@ -83,7 +83,7 @@ func BenchmarkRueidisFloor(b *testing.B) {
 
 func rueidisFloor(c rueidis.Client) benchkit.Op {
 	return func(w int, run string) (time.Duration, error) {
-		key, tok := fmt.Sprintf("floor:{%s-%d}", run, w), fmt.Sprintf("tok-%d-%d", w, time.Now().UnixNano())
+		key, tok := "floor:{"+benchkit.FreshKey(run, w)+"}", fmt.Sprintf("tok-%d-%d", w, time.Now().UnixNano())
 		ctx, cancel := context.WithTimeout(context.Background(), benchkit.CallTimeout)
 		start := time.Now()
 		err := c.Do(ctx, c.B().Set().Key(key).Value(tok).Nx().Px(10*time.Second).Build()).Error()
