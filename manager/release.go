@@ -158,9 +158,9 @@ func (it *releaseItem) settle(cmd *redis.Cmd, sentAt time.Time) {
 // key found gone before the lock's validity ran out was deleted by us.
 //
 // r is release.lua's code: 1, 2 and 3 released (deleted or handed over), 0
-// gone, -1 held by another token, -2 taken by a forced release. After a lost reply, while the lock was
-// valid, a key found gone or held by another token was released (or handed
-// over) by the earlier try.
+// gone, -1 held by another token, -2 taken by a forced release. After a
+// lost reply, while the lock was valid, a key found gone or held by another
+// token was released (or handed over) by the earlier try.
 func releaseResult(r int64, err error, ambiguous bool, sentAt, validUntil time.Time) error {
 	if err != nil {
 		return fmt.Errorf("shardlock: release: %w", err)

@@ -414,17 +414,13 @@ func (s *scheduler) renewResult(r renewal, c scriptCall) {
 		l.renewed(r.sentAt, r.ttl)
 		s.rescheduleHeld(l)
 		return
-	case err == nil && res == scripts.Gone:
-		l.cls.Renewed(metrics.ReasonExpired)
-		l.markLost(ErrExpired)
-		return
-	case err == nil && res == scripts.Forced:
-		l.cls.Renewed(metrics.ReasonForced)
-		l.markLost(s.m.forcedError(l.key, l.token))
-		return
 	case err == nil:
-		l.cls.Renewed(metrics.ReasonNotHeld)
-		l.markLost(ErrNotHeld)
+		cause := l.heldCause(res)
+		if cause == nil {
+			cause = ErrNotHeld // a reply no script gives
+		}
+		l.cls.Renewed(outcomeReason(cause))
+		l.markLost(cause)
 		return
 	case cannotHeal(err):
 		l.cls.Renewed(metrics.ReasonRedisError)
