@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/shardlock/shardlock/internal/scripts"
+	"github.com/shardlock/shardlock/internal/transport"
 	"github.com/shardlock/shardlock/metrics"
 )
 
@@ -321,8 +322,8 @@ func (a *acquirer) failed(err error, sendAt time.Time) (l *Lock, _ error, done b
 	// (an error reply that is not a redirect or a "not now"), may hold the
 	// key: fail releases it. An abandoned attempt is settled by send when
 	// its reply comes.
-	abandoned := isAbandoned(err)
-	if !abandoned && (isAmbiguous(err) || ranWithError(err)) && a.firstAmbiguous.IsZero() {
+	abandoned := transport.IsAbandoned(err)
+	if !abandoned && (transport.IsAmbiguous(err) || transport.RanWithError(err)) && a.firstAmbiguous.IsZero() {
 		a.firstAmbiguous = sendAt
 	}
 	if a.ctx.Err() != nil {
@@ -337,15 +338,15 @@ func (a *acquirer) failed(err error, sendAt time.Time) (l *Lock, _ error, done b
 			// the last look short.
 			return nil, a.fail(ErrNotAcquired), true
 		}
-		if cause := cmp.Or(a.lastErr, abandonedCause(err)); cause != nil {
+		if cause := cmp.Or(a.lastErr, transport.AbandonedCause(err)); cause != nil {
 			return nil, a.fail(errors.Join(ErrNotAcquired, cause)), true
 		}
 		return nil, a.fail(ErrNotAcquired), true
 	}
-	if !a.wait || !isTransient(err) {
+	if !a.wait || !transport.IsTransient(err) {
 		return nil, a.fail(fmt.Errorf("shardlock: acquire %q: %w", a.tg.resource, err)), true
 	}
-	a.m.reloadTopology(a.ctx)
+	a.m.tr.Reload(a.ctx)
 	a.transient, a.lastErr = true, err
 	return nil, nil, false
 }
@@ -706,7 +707,7 @@ func (m *Manager) reapMode(key, token string, mo rwMode, deadline time.Time) {
 	ctx, cancel := context.WithDeadline(context.Background(), minTime(deadline, time.Now().Add(time.Second)))
 	defer cancel()
 	c := orphan{key: key, token: token, mode: mo}.releaseCall()
-	_ = m.runScript(ctx, m.client, c.script, c.keys, c.args...).Err()
+	_ = m.tr.RunScript(ctx, m.client, c.Script, c.Keys, c.Args...).Err()
 }
 
 func minTime(a, b time.Time) time.Time {

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/shardlock/shardlock/internal/scripts"
+	"github.com/shardlock/shardlock/internal/transport"
 	"github.com/shardlock/shardlock/sharding"
 )
 
@@ -53,22 +54,22 @@ func (m *Manager) send(ctx context.Context, deadline time.Time, a attemptArgs) (
 	if err := ctx.Err(); err != nil {
 		return attemptResult{}, err
 	}
-	bounds := m.cmdBounds
+	bounds := m.tr.CmdBounds()
 	if m.cfg.replicas > 0 {
-		bounds = m.clientBounds // the write and its WAIT go through the client
+		bounds = m.tr.ClientBounds() // the write and its WAIT go through the client
 	}
-	if cctx, cancel := onCaller(ctx, deadline, bounds); cctx != nil {
+	if cctx, cancel := transport.OnCaller(ctx, deadline, bounds); cctx != nil {
 		defer cancel()
 		return m.attemptSettled(cctx, &a)
 	}
 	b := a // captured by the exchange's goroutine; a stays on the stack
-	return exchangeOn(m, bounds, ctx, deadline, func(ctx context.Context) (attemptResult, error) {
+	return transport.ExchangeOn(m.tr, bounds, ctx, deadline, func(ctx context.Context) (attemptResult, error) {
 		return m.attemptSettled(ctx, &b)
 	}, func(res attemptResult, err error) {
 		// The caller has gone: whatever the attempt may hold is released,
 		// unless Redis said the key is someone else's or attemptSettled
 		// already handed it over.
-		if (err == nil && res.status != attemptContended) || (err != nil && !isAbandoned(err)) {
+		if (err == nil && res.status != attemptContended) || (err != nil && !transport.IsAbandoned(err)) {
 			m.orphan(b.tg, b.token, b.sendAt.Add(b.ac.ttl))
 		}
 	})
@@ -79,7 +80,7 @@ func (m *Manager) send(ctx context.Context, deadline time.Time, a attemptArgs) (
 // abandoned call): the server may still run it and take the key.
 func (m *Manager) attemptSettled(ctx context.Context, a *attemptArgs) (attemptResult, error) {
 	res, err := m.attemptOnce(ctx, a)
-	if isAbandoned(err) {
+	if transport.IsAbandoned(err) {
 		m.orphan(a.tg, a.token, a.sendAt.Add(a.ac.ttl))
 	}
 	return res, err
@@ -115,8 +116,8 @@ func (m *Manager) attempt(ctx context.Context, key, token string, tokenArg any, 
 		return m.attemptWait(ctx, key, token, ttlMs, ac)
 	}
 	if ac.fencing {
-		res, err := scripts.AcquireFenced.Run(withTryAgainFallback(ctx), m.cmd, []string{key, sharding.FenceKey(key)}, tokenArg, ttlMs).Slice()
-		if isTryAgain(err) {
+		res, err := scripts.AcquireFenced.Run(transport.WithTryAgainFallback(ctx), m.cmd, []string{key, sharding.FenceKey(key)}, tokenArg, ttlMs).Slice()
+		if transport.IsTryAgain(err) {
 			// The key and its counter are apart while the slot migrates.
 			status, fences, _, err := m.attemptBatchKeys(ctx, &batchInfo{keys: []string{key}}, tokenArg, ac, true, false)
 			if len(fences) > 0 {
@@ -131,14 +132,14 @@ func (m *Manager) attempt(ctx context.Context, key, token string, tokenArg any, 
 	// its error is all there is to read.
 	if !firstTry {
 		cmd := redis.NewStringCmd(ctx, "set", key, tokenArg, "px", ttlMs, "nx", "get")
-		if err := m.cmd.Process(ctx, cmd); isAbandoned(err) {
+		if err := m.cmd.Process(ctx, cmd); transport.IsAbandoned(err) {
 			return 0, 0, 0, err
 		}
 		status, err = parseSetNXGet(cmd, token)
 		return status, 0, 0, err
 	}
 	set := redis.NewStatusCmd(ctx, "set", key, tokenArg, "px", ttlMs, "nx")
-	if err := m.cmd.Process(ctx, set); isAbandoned(err) {
+	if err := m.cmd.Process(ctx, set); transport.IsAbandoned(err) {
 		return 0, 0, 0, err
 	}
 	switch err := set.Err(); {
@@ -150,7 +151,7 @@ func (m *Manager) attempt(ctx context.Context, key, token string, tokenArg any, 
 		return attemptContended, 0, 0, nil
 	}
 	get := redis.NewStringCmd(ctx, "get", key)
-	if err := m.cmd.Process(ctx, get); isAbandoned(err) {
+	if err := m.cmd.Process(ctx, get); transport.IsAbandoned(err) {
 		return 0, 0, 0, err
 	}
 	status, err = parseGet(get, token)
@@ -164,7 +165,7 @@ func parseGet(cmd *redis.StringCmd, token string) (int, error) {
 	switch {
 	case errors.Is(err, redis.Nil):
 		return attemptContended, nil // gone since: not ours
-	case isWrongType(err):
+	case transport.IsWrongType(err):
 		return attemptContended, nil // a key of another type: someone else's
 	case err != nil:
 		return 0, err
@@ -184,7 +185,7 @@ func isOurs(v, token string) bool {
 // master, so WAIT counts the replicas that have this write.
 func (m *Manager) attemptWait(ctx context.Context, key, token string, ttlMs any, ac *acquireConfig) (status int, fence uint64, replicas int, err error) {
 	fencing := ac.fencing
-	node, err := m.topo.masterFor(ctx, key)
+	node, err := m.tr.MasterFor(ctx, key)
 	if err != nil {
 		return 0, 0, 0, err
 	}
@@ -222,7 +223,7 @@ func (m *Manager) attemptWait(ctx context.Context, key, token string, ttlMs any,
 // script's reply and the WAIT, which replicaCount reads once the reply
 // says the script wrote.
 func (m *Manager) evalWithWait(ctx context.Context, key string, script *redis.Script, keys []string, args ...any) (reply, wait *redis.Cmd, err error) {
-	node, err := m.topo.masterFor(ctx, key)
+	node, err := m.tr.MasterFor(ctx, key)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -253,7 +254,7 @@ func parseSetNXGet(cmd *redis.StringCmd, token string) (int, error) {
 	switch {
 	case errors.Is(err, redis.Nil):
 		return attemptFresh, nil
-	case isWrongType(err):
+	case transport.IsWrongType(err):
 		return attemptContended, nil // a key of another type: someone else's, left alone
 	case err != nil:
 		return 0, err
@@ -339,9 +340,9 @@ func (m *Manager) attemptBatch(ctx context.Context, b *batchInfo, token any, ac 
 	} else {
 		actx := ctx
 		if len(keys) > 1 {
-			actx = withTryAgainFallback(ctx)
+			actx = transport.WithTryAgainFallback(ctx)
 		}
-		if res, err = scripts.AcquireBatch.Run(actx, m.cmd, keys, token, ac.ttlMs, fencing, try, marks).Slice(); isTryAgain(err) {
+		if res, err = scripts.AcquireBatch.Run(actx, m.cmd, keys, token, ac.ttlMs, fencing, try, marks).Slice(); transport.IsTryAgain(err) {
 			status, fences, held, err = m.attemptBatchKeys(ctx, b, token, ac, first, mark)
 			return status, fences, held, 0, err
 		} else if err != nil {
@@ -410,7 +411,7 @@ func (m *Manager) attemptBatchKeys(ctx context.Context, b *batchInfo, token any,
 func (m *Manager) undoBatchKeys(ctx context.Context, keys []string, token any) error {
 	var first error
 	for _, k := range keys {
-		if err := m.runScript(ctx, m.cmd, scripts.Release, []string{k}, token).Err(); err != nil && first == nil {
+		if err := m.tr.RunScript(ctx, m.cmd, scripts.Release, []string{k}, token).Err(); err != nil && first == nil {
 			first = err
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shardlock/shardlock/internal/scripts"
+	"github.com/shardlock/shardlock/internal/transport"
 	"github.com/shardlock/shardlock/sharding"
 )
 
@@ -532,11 +533,11 @@ func (m *Manager) attemptQueued(ctx context.Context, key string, w *fairWaiter, 
 	if ac.fencing {
 		keys = append(keys, sharding.FenceKey(key))
 	}
-	res, err := scripts.AcquireQueue.Run(withTryAgainFallback(ctx), m.cmd, keys,
+	res, err := scripts.AcquireQueue.Run(transport.WithTryAgainFallback(ctx), m.cmd, keys,
 		w.token, ac.ttlMs, luaArg(ac.fencing), entry, luaArg(recheck)).Slice()
 	status, fence, err = parseFenced(res, err)
 	m.afterQueuedAttempt(key, w, entry, recheck, status, fence, err)
-	if isTryAgain(err) {
+	if transport.IsTryAgain(err) {
 		return m.attemptUnqueued(ctx, key, w, ac, recheck, entry)
 	}
 	if status == attemptContended {
@@ -589,7 +590,7 @@ func (m *Manager) afterQueuedAttempt(key string, w *fairWaiter, entry string, re
 		w.expires = time.Now().Add(time.Duration(pttl) * time.Millisecond)
 		lq.mu.Unlock()
 	}
-	if err != nil && !isAmbiguous(err) && !recheck {
+	if err != nil && !transport.IsAmbiguous(err) && !recheck {
 		// Not queued: the next attempt queues it.
 		lq.mu.Lock()
 		if w.entry == entry {
@@ -616,7 +617,7 @@ func (m *Manager) leaveQueued(ctx context.Context, key string, w *fairWaiter, en
 		if w.mode == rwNone {
 			n, err = m.client.LRem(ctx, sharding.QueueKey(key), 1, entry).Result()
 		} else {
-			n, err = m.runScript(ctx, m.client, scripts.RWLeave, []string{key}, entry).Int64()
+			n, err = m.tr.RunScript(ctx, m.client, scripts.RWLeave, []string{key}, entry).Int64()
 		}
 		if err == nil && n == 1 {
 			return nil
@@ -629,10 +630,10 @@ func (m *Manager) leaveQueued(ctx context.Context, key string, w *fairWaiter, en
 		return nil
 	}
 	if ctx.Err() != nil {
-		m.io.goFn(func() { _ = leave(nil) })
+		m.tr.Go(func() { _ = leave(nil) })
 		return
 	}
-	_ = m.bounded(ctx, time.Now().Add(leaveWait), leave, nil)
+	_ = m.tr.Bounded(ctx, time.Now().Add(leaveWait), leave, nil)
 }
 
 // leaveWait bounds how long a waiter that gave up waits for its queue

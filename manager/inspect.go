@@ -14,6 +14,7 @@ import (
 
 	"github.com/shardlock/shardlock/internal/keyscan"
 	"github.com/shardlock/shardlock/internal/rwhash"
+	"github.com/shardlock/shardlock/internal/transport"
 	"github.com/shardlock/shardlock/sharding"
 )
 
@@ -84,8 +85,8 @@ func (m *Manager) Inspect(ctx context.Context, resource string) (LockInfo, error
 	if err != nil {
 		return LockInfo{}, err
 	}
-	return exchange(m, ctx, time.Time{}, func(ctx context.Context) (LockInfo, error) {
-		node, err := m.topo.masterFor(ctx, key)
+	return transport.Exchange(m.tr, ctx, time.Time{}, func(ctx context.Context) (LockInfo, error) {
+		node, err := m.tr.MasterFor(ctx, key)
 		if err != nil {
 			return LockInfo{}, err
 		}
@@ -141,17 +142,17 @@ func (m *Manager) Inspect(ctx context.Context, resource string) (LockInfo, error
 // reloaded). Reads only, so sending one twice changes nothing; a read
 // redirected again keeps its redirect.
 func (m *Manager) readRedirected(ctx context.Context, cmds ...redis.Cmder) {
-	if m.topo.cc == nil {
+	if m.tr.Cluster() == nil {
 		return // one server: no redirects
 	}
 	var again []redis.Cmder
 	var kind, addr string // of the first redirect: the others of one slot name the same
 	for _, c := range cmds {
-		if !isRedirect(c.Err()) {
+		if !transport.IsRedirect(c.Err()) {
 			continue
 		}
 		// "ASK <slot> <addr>" or "MOVED <slot> <addr>"
-		msg, _ := replyMsg(c.Err())
+		msg, _ := transport.ReplyMsg(c.Err())
 		f := strings.Fields(msg)
 		if len(f) != 3 || (addr != "" && (f[0] != kind || f[2] != addr)) {
 			continue
@@ -164,9 +165,9 @@ func (m *Manager) readRedirected(ctx context.Context, cmds ...redis.Cmder) {
 	}
 	asking := kind == "ASK"
 	if !asking {
-		m.topo.reload(ctx)
+		m.tr.Reload(ctx)
 	}
-	masters, err := m.topo.masters(ctx)
+	masters, err := m.tr.Masters(ctx)
 	if err != nil {
 		return
 	}
@@ -237,7 +238,7 @@ func (m *Manager) List(ctx context.Context, opts ListOptions) iter.Seq2[LockInfo
 		}
 		count := cmp.Or(opts.Count, 1000)
 		pattern := m.cfg.prefix + "*"
-		masters, err := m.topo.masters(ctx)
+		masters, err := m.tr.Masters(ctx)
 		if err != nil {
 			yield(LockInfo{}, fmt.Errorf("shardlock: list: %w", err))
 			return
@@ -302,9 +303,9 @@ func (m *Manager) readLocks(ctx context.Context, node *redis.Client, keys []stri
 		switch {
 		case errors.Is(err, redis.Nil):
 			continue // released since the SCAN
-		case isRedirect(err):
+		case transport.IsRedirect(err):
 			continue // its slot left the node since the SCAN: listed where it is, if the walk is yet to get there
-		case err != nil && !isReply(err):
+		case err != nil && !transport.IsReply(err):
 			return nil, err // the connection failed
 		case err != nil:
 			r.info.Foreign = true // another type
@@ -343,7 +344,7 @@ func readRWLocks(ctx context.Context, node *redis.Client, out []LockInfo, hashes
 	drop := map[int]bool{}
 	now := time.Now()
 	for i, j := range hashes {
-		if err := cmds[i].Err(); err != nil && !isReply(err) {
+		if err := cmds[i].Err(); err != nil && !transport.IsReply(err) {
 			return nil, err // the connection failed
 		}
 		if out[j].readRW(cmds[i].Val(), now) && !out[j].Held {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shardlock/shardlock/internal/transport"
 	"github.com/shardlock/shardlock/sharding"
 )
 
@@ -130,7 +131,7 @@ func (m *Manager) Leader(ctx context.Context, name string) (LeaderInfo, error) {
 	if ctx == nil {
 		return LeaderInfo{}, invalid("context", "nil")
 	}
-	return exchange(m, ctx, time.Time{}, func(ctx context.Context) (LeaderInfo, error) {
+	return transport.Exchange(m.tr, ctx, time.Time{}, func(ctx context.Context) (LeaderInfo, error) {
 		pipe := m.client.Pipeline()
 		holder := pipe.Get(ctx, key)
 		fence := pipe.Get(ctx, sharding.FenceKey(key))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/shardlock/shardlock/internal/scripts"
+	"github.com/shardlock/shardlock/internal/transport"
 	"github.com/shardlock/shardlock/metrics"
 	"github.com/shardlock/shardlock/sharding"
 )
@@ -430,18 +431,18 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		replicas = -1
 		sentAt   time.Time
 	)
-	err := m.retryTransient(ctx, validUntil, func(ctx context.Context) error {
+	err := m.tr.RetryTransient(ctx, validUntil, func(ctx context.Context) error {
 		sentAt = time.Now()
 		var err error
 		if m.cfg.replicas > 0 {
 			var out extendOut
-			out, err = exchange(m, ctx, time.Time{}, func(ctx context.Context) (extendOut, error) {
+			out, err = transport.Exchange(m.tr, ctx, time.Time{}, func(ctx context.Context) (extendOut, error) {
 				r, n, err := m.extendWait(ctx, l, ttlMs)
 				return extendOut{r, n}, err
 			}, nil)
 			r, replicas = out.r, out.replicas
 		} else {
-			r, err = m.runScript(ctx, m.cmd, l.extendScript(), l.scriptKeys(), l.token, ttlMs).Int64()
+			r, err = m.tr.RunScript(ctx, m.cmd, l.extendScript(), l.scriptKeys(), l.token, ttlMs).Int64()
 		}
 		return err
 	})
@@ -571,7 +572,7 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if l.multi != nil {
 		script = scripts.PTTLBatch
 	}
-	res, err := l.m.runScript(ctx, l.m.cmd, script, l.scriptKeys(), l.token).Int64Slice()
+	res, err := l.m.tr.RunScript(ctx, l.m.cmd, script, l.scriptKeys(), l.token).Int64Slice()
 	if err == nil && len(res) != 2 {
 		err = fmt.Errorf("unexpected reply %v", res)
 	}

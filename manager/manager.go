@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/shardlock/shardlock/internal/transport"
 	"github.com/shardlock/shardlock/metrics"
 )
 
@@ -18,28 +19,23 @@ import (
 // safe for concurrent use. It owns one background goroutine, the watchdog
 // scheduler, which Close stops.
 type Manager struct {
-	client redis.UniversalClient
-	cmd    commander  // the coalescer in front of client, or client behind once
-	co     *coalescer // nil when coalescing is off
+	tr     *transport.Transport
+	client redis.UniversalClient // tr.Client()
+	cmd    transport.Commander   // tr.Cmd(): the coalescer in front of client, or client behind once
 	renew  redis.UniversalClient
 	cfg    config
 	log    *zap.Logger
 	sched  *scheduler
-	topo   *topology      // which servers the client talks to
 	bg     sync.WaitGroup // Observe's goroutines: they end with m.closing, and Close waits for them
 
-	// The clients bound every command by its context's deadline (see
-	// direct): cmd's and client's.
-	cmdBounds, clientBounds bool
-	io                      inflight // goroutines carrying exchanges whose callers may have gone
-	closed                  atomic.Bool
-	closing                 chan struct{} // closed by Close: wakes the waiters
-	closeOnce               sync.Once
-	defaultAC               acquireConfig // the configuration of an acquire without options
-	notify                  *notifier     // nil with notifications off
-	queues                  localQueues
-	mx                      *metrics.Metrics
-	unregister              func() // removes this manager's held locks from mx
+	closed     atomic.Bool
+	closing    chan struct{} // closed by Close: wakes the waiters
+	closeOnce  sync.Once
+	defaultAC  acquireConfig // the configuration of an acquire without options
+	notify     *notifier     // nil with notifications off
+	queues     localQueues
+	mx         *metrics.Metrics
+	unregister func() // removes this manager's held locks from mx
 }
 
 // New returns a Manager on client: a *redis.Client (standalone, or
@@ -71,11 +67,11 @@ func New(ctx context.Context, client redis.UniversalClient, opts ...Option) (*Ma
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	topo, err := newTopology(client)
+	tr, err := transport.New(client, transport.Config{Coalesce: cfg.autoPipeline == nil || *cfg.autoPipeline, Flushers: processFlushers})
 	if err != nil {
-		return nil, err
+		return nil, invalid("client", "%v", err)
 	}
-	m := &Manager{client: client, topo: topo, cmd: client, renew: client, cfg: cfg, log: cfg.logger, closing: make(chan struct{})}
+	m := &Manager{tr: tr, client: client, cmd: tr.Cmd(), renew: client, cfg: cfg, log: cfg.logger, closing: make(chan struct{})}
 	m.defaultAC = m.defaultAcquireConfig()
 	m.mx = cfg.metrics
 	if cfg.renewClient != nil {
@@ -92,12 +88,6 @@ func New(ctx context.Context, client redis.UniversalClient, opts ...Option) (*Ma
 			return nil, fmt.Errorf("shardlock: startup check: %w", err)
 		}
 	}
-	m.cmd = newOnce(client)
-	if cfg.autoPipeline == nil || *cfg.autoPipeline {
-		m.co = newCoalescer(client, topo)
-		m.cmd = m.co
-	}
-	m.cmdBounds, m.clientBounds = honoursDeadlines(m.cmd), honoursDeadlines(client)
 	m.queues = localQueues{queues: map[string]*localQueue{}, max: cfg.maxWaiters}
 	if cfg.notifications {
 		m.notify = newNotifier(m)
@@ -106,6 +96,11 @@ func New(ctx context.Context, client redis.UniversalClient, opts ...Option) (*Ma
 	m.unregister = m.mx.AddHeldSource(m.sched.eachHeld)
 	return m, nil
 }
+
+// processFlushers bounds the coalescers' pipelines in flight over every
+// Manager of the process: the bound comes from the process's CPUs, so
+// several managers keep as many in flight as one would, in larger batches.
+var processFlushers = transport.NewFlusherBound()
 
 // errNoManager is what a method of a nil *Manager, or of a Manager not made
 // by New, returns.
@@ -212,21 +207,14 @@ func (m *Manager) Close(ctx context.Context) error {
 		// and an orphan's release must come after the attempt that may
 		// have taken its key, or that attempt takes the key for its TTL.
 		wctx, wcancel := context.WithTimeout(ctx, closeGrace)
-		m.io.wait(wctx)
-		if m.co != nil {
-			m.co.run.wait(wctx)
-		}
+		m.tr.Settle(wctx)
 		wcancel()
 		locks, orphans := m.sched.take()
 		err = m.releaseAll(ctx, locks, orphans)
 		if m.notify != nil {
 			m.notify.close()
 		}
-		pending := 0
-		if m.co != nil {
-			pending = m.co.close(ctx)
-		}
-		if n := pending + m.io.wait(ctx); n > 0 {
+		if n := m.tr.Close(ctx); n > 0 {
 			err = errors.Join(err, fmt.Errorf("shardlock: close: %d exchanges with Redis still without a reply; they end by the client's timeouts", n))
 		}
 		m.bg.Wait()

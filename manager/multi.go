@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/shardlock/shardlock/internal/scripts"
+	"github.com/shardlock/shardlock/internal/transport"
 	"github.com/shardlock/shardlock/sharding"
 )
 
@@ -329,17 +330,17 @@ func (m *Manager) tryGroups(ctx context.Context, groups []*batchInfo, opts []Acq
 		return make([]*Lock, len(groups)), 0, err
 	}
 	atts := make([]groupAttempt, len(groups))
-	calls := make([]scriptCall, len(groups))
+	calls := make([]transport.ScriptCall, len(groups))
 	for i, b := range groups {
 		ac := base // each group its own metrics class
 		m.resolveClass(&ac, b.resources[0])
 		atts[i] = groupAttempt{b: b, ac: ac, token: newToken(m.cfg.owner, start)}
 		keys, fencing := batchScriptKeys(b, ac.fencing)
-		calls[i] = scriptCall{script: scripts.AcquireBatch, keys: keys, args: []any{atts[i].token, ac.ttlMs, fencing, luaTrue, luaFalse}}
+		calls[i] = transport.ScriptCall{Script: scripts.AcquireBatch, Keys: keys, Args: []any{atts[i].token, ac.ttlMs, fencing, luaTrue, luaFalse}}
 	}
 	sentAt := time.Now()
-	if err := m.bounded(ctx, time.Time{}, func(ctx context.Context) error {
-		runBatch(ctx, m.client, calls)
+	if err := m.tr.Bounded(ctx, time.Time{}, func(ctx context.Context) error {
+		transport.RunBatch(ctx, m.client, calls)
 		return nil
 	}, func(error) {
 		// The caller has gone: whatever the attempts took is released.
@@ -353,7 +354,7 @@ func (m *Manager) tryGroups(ctx context.Context, groups []*batchInfo, opts []Acq
 	first, firstErr := len(groups), error(nil)
 	for i := range atts {
 		a := &atts[i]
-		l, err := m.groupResult(a, calls[i].cmd, start, sentAt)
+		l, err := m.groupResult(a, calls[i].Cmd, start, sentAt)
 		if err == nil {
 			locks[i] = l
 			if a.ac.cls != nil {
@@ -402,7 +403,7 @@ func (m *Manager) groupResult(a *groupAttempt, cmd *redis.Cmd, start, sentAt tim
 	}
 	switch {
 	case err != nil:
-		if isAmbiguous(err) || ranWithError(err) {
+		if transport.IsAmbiguous(err) || transport.RanWithError(err) {
 			// It may still run on the server, or have written before it
 			// failed: its token goes to the reaper.
 			a.orphan(m, sentAt.Add(a.ac.ttl))

@@ -289,7 +289,7 @@ func (n *notifier) subscribe(key, ch string, sub *subscribing, why again) {
 	reload := watched && sub.dropped && n.droppedLocked(ch, ns)
 	n.mu.Unlock()
 	if reload {
-		n.m.topo.reload(n.ctx)
+		n.m.tr.Reload(n.ctx)
 	}
 	if ns != nil && !watched {
 		n.unsubscribe(ns, ch) // nobody watches it any more
@@ -361,19 +361,19 @@ func (n *notifier) trySubscribe(key, ch string, sub *subscribing, sent func(), a
 		n.mu.Unlock()
 		return nil
 	}
-	node, err := n.m.topo.masterFor(ctx, key)
+	node, err := n.m.tr.MasterFor(ctx, key)
 	var ns *nodeSub
 	if err == nil && node != nil {
 		ns = n.nodeSub(node, sub)
 	}
 	if ns == nil || ns == avoid {
 		if ns != nil {
-			n.m.topo.reload(ctx)
+			n.m.tr.Reload(ctx)
 		}
 		return failed(err)
 	}
 	var confirmed chan struct{}
-	if n.m.topo.cc != nil {
+	if n.m.tr.Cluster() != nil {
 		confirmed = make(chan struct{})
 		n.mu.Lock()
 		sub.confirm = confirmed
@@ -397,7 +397,7 @@ func (n *notifier) trySubscribe(key, ch string, sub *subscribing, sent func(), a
 		n.mu.Unlock()
 		if err != nil {
 			n.unsubscribe(ns, ch)
-			n.m.topo.reload(ctx)
+			n.m.tr.Reload(ctx)
 		}
 	}
 	if err != nil {
@@ -660,7 +660,7 @@ func (n *notifier) deliver(ns *nodeSub, msg any) {
 	resubscribe := n.droppedLocked(ch, ns)
 	n.mu.Unlock()
 	if resubscribe {
-		n.m.topo.reload(n.ctx)
+		n.m.tr.Reload(n.ctx)
 	}
 }
 

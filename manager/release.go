@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/shardlock/shardlock/internal/scripts"
+	"github.com/shardlock/shardlock/internal/transport"
 )
 
 // How a release works.
@@ -74,14 +75,14 @@ func (m *Manager) releaseLocks(ctx context.Context, locks []*Lock, orphans []orp
 	for _, o := range orphans {
 		items = append(items, releaseItem{orphan: o})
 	}
-	err = m.retryTransient(ctx, deadline, func(ctx context.Context) error {
-		calls := make([]scriptCall, len(items))
+	err = m.tr.RetryTransient(ctx, deadline, func(ctx context.Context) error {
+		calls := make([]transport.ScriptCall, len(items))
 		sentAt := time.Now()
 		for i := range items {
 			calls[i] = items[i].call()
 		}
-		if err := m.bounded(ctx, time.Time{}, func(ctx context.Context) error {
-			runBatch(ctx, m.client, calls)
+		if err := m.tr.Bounded(ctx, time.Time{}, func(ctx context.Context) error {
+			transport.RunBatch(ctx, m.client, calls)
 			return nil
 		}, nil); err != nil {
 			// No reply in time (calls belongs to the exchange now): all
@@ -97,17 +98,17 @@ func (m *Manager) releaseLocks(ctx context.Context, locks []*Lock, orphans []orp
 		)
 		for i, c := range calls {
 			it := items[i]
-			if err := c.cmd.Err(); err != nil && (isTransient(err) || !isReply(err) && !errors.Is(err, redis.Nil)) {
+			if err := c.Cmd.Err(); err != nil && (transport.IsTransient(err) || !transport.IsReply(err) && !errors.Is(err, redis.Nil)) {
 				// Not settled: tried again while the errors are
 				// transient, else counted as not released.
-				it.ambiguous = it.ambiguous || isAmbiguous(err)
+				it.ambiguous = it.ambiguous || transport.IsAmbiguous(err)
 				rest = append(rest, it)
-				if firstErr == nil || !isTransient(firstErr) {
+				if firstErr == nil || !transport.IsTransient(firstErr) {
 					firstErr = err
 				}
 				continue
 			}
-			it.settle(c.cmd, sentAt)
+			it.settle(c.Cmd, sentAt)
 		}
 		items = rest
 		return firstErr
@@ -132,7 +133,7 @@ type releaseItem struct {
 }
 
 // call is the script call that releases it.
-func (it *releaseItem) call() scriptCall {
+func (it *releaseItem) call() transport.ScriptCall {
 	if it.lock == nil {
 		return it.orphan.releaseCall()
 	}
@@ -257,7 +258,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	}
 	m := l.m
 	r := releaseTry{l: l, validUntil: validUntil}
-	if err := m.retryTransient(ctx, validUntil, r.once); err != nil {
+	if err := m.tr.RetryTransient(ctx, validUntil, r.once); err != nil {
 		m.afterRelease(l, r.h, 0, 0, time.Time{}, r.ambiguous)
 		if ctx.Err() == nil && !time.Now().Before(validUntil) {
 			r.result = ErrExpired // retried until the key's TTL ran out
@@ -341,9 +342,9 @@ func (r *releaseTry) once(ctx context.Context) error {
 		sentAt = time.Now()
 	}
 	c := l.releaseCall(r.h)
-	result, code, fence, err := l.releaseOutcome(m.runScript(ctx, m.cmd, c.script, c.keys, c.args...), r.ambiguous, sentAt, r.validUntil)
+	result, code, fence, err := l.releaseOutcome(m.tr.RunScript(ctx, m.cmd, c.Script, c.Keys, c.Args...), r.ambiguous, sentAt, r.validUntil)
 	if err != nil {
-		r.ambiguous = r.ambiguous || isAmbiguous(err)
+		r.ambiguous = r.ambiguous || transport.IsAmbiguous(err)
 		return err
 	}
 	if code == scripts.HandedOver {
@@ -359,15 +360,15 @@ func (r *releaseTry) once(ctx context.Context) error {
 // h's entry when this process's next waiter is to be queued or handed the
 // lock), release_batch.lua for a batch, rw_release.lua for a read-write
 // lock. Lock.Release and releaseLocks both release through it.
-func (l *Lock) releaseCall(h handover) scriptCall {
+func (l *Lock) releaseCall(h handover) transport.ScriptCall {
 	switch {
 	case l.multi != nil:
-		return scriptCall{script: scripts.ReleaseBatch, keys: l.multi.keys, args: l.args[:]}
+		return transport.ScriptCall{Script: scripts.ReleaseBatch, Keys: l.multi.keys, Args: l.args[:]}
 	case h.w != nil:
-		return scriptCall{script: scripts.Release, keys: l.keys[:], args: []any{l.args[0], h.entry, luaArg(h.local)}}
+		return transport.ScriptCall{Script: scripts.Release, Keys: l.keys[:], Args: []any{l.args[0], h.entry, luaArg(h.local)}}
 	}
 	release, _, _ := l.rw.scripts()
-	return scriptCall{script: release, keys: l.keys[:], args: l.args[:]}
+	return transport.ScriptCall{Script: release, Keys: l.keys[:], Args: l.args[:]}
 }
 
 // releaseOutcome reads the reply of l's release call, cmd (sent at sentAt;

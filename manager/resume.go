@@ -50,10 +50,10 @@ func (m *Manager) Resume(ctx context.Context, resource, token string, opts ...Ac
 		res    []int64
 		sentAt time.Time
 	)
-	err = m.retryTransient(ctx, time.Time{}, func(ctx context.Context) error {
+	err = m.tr.RetryTransient(ctx, time.Time{}, func(ctx context.Context) error {
 		sentAt = time.Now()
 		var err error
-		res, err = m.runScript(ctx, m.cmd, scripts.Resume, []string{key}, token, ttlMs, luaArg(ac.fencing)).Int64Slice()
+		res, err = m.tr.RunScript(ctx, m.cmd, scripts.Resume, []string{key}, token, ttlMs, luaArg(ac.fencing)).Int64Slice()
 		if err == nil && len(res) != 2 {
 			err = fmt.Errorf("unexpected reply %v", res)
 		}
@@ -167,8 +167,8 @@ func (m *Manager) ForceRelease(ctx context.Context, resource, reason string) err
 		code    int64
 		evicted string // the evicted holder's token: only its owner is logged
 	)
-	err = m.retryTransient(ctx, time.Time{}, func(ctx context.Context) error {
-		res, err := m.runScript(ctx, m.cmd, scripts.ForceRelease, []string{key}, m.cfg.owner+"|"+reason,
+	err = m.tr.RetryTransient(ctx, time.Time{}, func(ctx context.Context) error {
+		res, err := m.tr.RunScript(ctx, m.cmd, scripts.ForceRelease, []string{key}, m.cfg.owner+"|"+reason,
 			strconv.FormatInt(forcedRecordTTL.Milliseconds(), 10)).Slice()
 		if err == nil && len(res) != 2 {
 			err = fmt.Errorf("unexpected reply %v", res)

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/shardlock/shardlock/internal/scripts"
+	"github.com/shardlock/shardlock/internal/transport"
 	"github.com/shardlock/shardlock/metrics"
 )
 
@@ -32,9 +33,9 @@ type orphan struct {
 }
 
 // releaseCall is the script call that releases o.
-func (o orphan) releaseCall() scriptCall {
+func (o orphan) releaseCall() transport.ScriptCall {
 	release, _, _ := o.mode.scripts()
-	return scriptCall{script: release, keys: []string{o.key}, args: []any{o.token}}
+	return transport.ScriptCall{Script: release, Keys: []string{o.key}, Args: []any{o.token}}
 }
 
 // scheduler is the Manager's one background goroutine (the watchdog). It
@@ -313,7 +314,7 @@ func (s *scheduler) process(nowTime time.Time, due []*Lock, orphans []orphan) {
 	now := monoOf(nowTime)
 	var (
 		renewals []renewal
-		calls    []scriptCall
+		calls    []transport.ScriptCall
 		deadline time.Time
 	)
 	for _, l := range due {
@@ -346,8 +347,8 @@ func (s *scheduler) process(nowTime time.Time, due []*Lock, orphans []orphan) {
 				deadline = l.validUntil.Time()
 			}
 			renewals = append(renewals, r)
-			calls = append(calls, scriptCall{script: l.extendScript(), keys: l.scriptKeys(),
-				args: []any{l.token, strconv.FormatInt(r.ttl.Milliseconds(), 10)}})
+			calls = append(calls, transport.ScriptCall{Script: l.extendScript(), Keys: l.scriptKeys(),
+				Args: []any{l.token, strconv.FormatInt(r.ttl.Milliseconds(), 10)}})
 		}
 		d, slack := l.nextDueLocked()
 		l.mu.Unlock()
@@ -365,9 +366,9 @@ func (s *scheduler) process(nowTime time.Time, due []*Lock, orphans []orphan) {
 	// One pipeline per node; bounded by the earliest validity in the batch,
 	// and by Close.
 	ctx, cancel := context.WithDeadline(s.ctx, deadline)
-	s.m.io.goFn(func() {
+	s.m.tr.Go(func() {
 		defer cancel()
-		runBatch(ctx, s.m.renew, calls)
+		transport.RunBatch(ctx, s.m.renew, calls)
 		for i, r := range renewals {
 			s.renewResult(r, calls[i])
 		}
@@ -391,13 +392,13 @@ func (s *scheduler) rescheduleHeld(l *Lock) {
 // cannotHeal reports whether a renewal error will come again however often
 // it is retried: a closed client, a key of another type, no permission.
 func cannotHeal(err error) bool {
-	return errors.Is(err, redis.ErrClosed) || isWrongType(err) ||
-		hasReplyPrefix(err, "NOPERM")
+	return errors.Is(err, redis.ErrClosed) || transport.IsWrongType(err) ||
+		transport.HasReplyPrefix(err, "NOPERM")
 }
 
-func (s *scheduler) renewResult(r renewal, c scriptCall) {
+func (s *scheduler) renewResult(r renewal, c transport.ScriptCall) {
 	l := r.l
-	res, err := c.cmd.Int64()
+	res, err := c.Cmd.Int64()
 	l.mu.Lock()
 	l.rn.renewing = false
 	fails := l.rn.fails
@@ -435,7 +436,7 @@ func (s *scheduler) renewResult(r renewal, c scriptCall) {
 	l.mu.Lock()
 	l.rn.fails++
 	fails = l.rn.fails
-	l.rn.next = monoNow().Add(min(transientBackoff(fails), l.rn.interval))
+	l.rn.next = monoNow().Add(min(transport.TransientBackoff(fails), l.rn.interval))
 	l.mu.Unlock()
 	if fails == 1 {
 		s.m.log.Warn("lock renewal failed; retrying until it succeeds or the lock's validity runs out",
@@ -462,15 +463,15 @@ func (s *scheduler) reinsert(l *Lock, due mono, slack time.Duration) {
 	heap.Push(&s.locks, l)
 }
 
-func (s *scheduler) orphanResult(o orphan, c scriptCall) {
-	code, _, err := parseRelease(c.cmd.Result())
+func (s *scheduler) orphanResult(o orphan, c transport.ScriptCall) {
+	code, _, err := parseRelease(c.Cmd.Result())
 	if err == nil && code != scripts.Gone && code != scripts.NotOurs {
 		return // released, or handed over
 	}
 	// Gone or someone else's: the delayed attempt may still land, so look
 	// again until the deadline, backing off.
 	o.tries++
-	o.next = time.Now().Add(transientBackoff(o.tries + 2))
+	o.next = time.Now().Add(transport.TransientBackoff(o.tries + 2))
 	if !o.next.Before(o.deadline) {
 		return
 	}

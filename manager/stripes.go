@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shardlock/shardlock/internal/transport"
 	"github.com/shardlock/shardlock/sharding"
 )
 
@@ -159,7 +160,7 @@ func (m *Manager) acquireAny(ctx context.Context, resource string, permits int, 
 // counts as free: the attempt on it finds out.
 // It returns an error only when Redis did not answer by ctx's end.
 func (m *Manager) freePermits(ctx context.Context, resources []string) ([]bool, error) {
-	return exchange(m, ctx, time.Time{}, func(ctx context.Context) ([]bool, error) {
+	return transport.Exchange(m.tr, ctx, time.Time{}, func(ctx context.Context) ([]bool, error) {
 		pipe := m.client.Pipeline()
 		cmds := make([]*redis.StringCmd, len(resources))
 		for i, r := range resources {

@@ -1,7 +1,8 @@
-package manager
+package transport
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -10,7 +11,7 @@ import (
 )
 
 // topology is the one place that knows which kind of deployment the
-// Manager's client talks to: one server (a *redis.Client, standalone or
+// client talks to: one server (a *redis.Client, standalone or
 // through Sentinel failover) or a cluster (a *redis.ClusterClient). New
 // rejects any other client: the fair queue's notifications, the replica
 // acknowledgement and the coalescer need to reach the master that serves a
@@ -29,28 +30,28 @@ func newTopology(c redis.UniversalClient) (*topology, error) {
 	case *redis.Client:
 		return &topology{one: c}, nil
 	}
-	return nil, invalid("client", "%T is not supported: use a *redis.Client (standalone, or Sentinel failover) or a *redis.ClusterClient", c)
+	return nil, fmt.Errorf("%T is not supported: use a *redis.Client (standalone, or Sentinel failover) or a *redis.ClusterClient", c)
 }
 
-// masterFor returns the client of the master that serves key.
-func (t *topology) masterFor(ctx context.Context, key string) (*redis.Client, error) {
+// MasterFor returns the client of the master that serves key.
+func (t *topology) MasterFor(ctx context.Context, key string) (*redis.Client, error) {
 	if t.cc != nil {
 		return t.cc.MasterForKey(ctx, key)
 	}
 	return t.one, nil
 }
 
-// eachMaster runs fn on every master, concurrently on a cluster.
-func (t *topology) eachMaster(ctx context.Context, fn func(context.Context, *redis.Client) error) error {
+// EachMaster runs fn on every master, concurrently on a cluster.
+func (t *topology) EachMaster(ctx context.Context, fn func(context.Context, *redis.Client) error) error {
 	if t.cc != nil {
 		return t.cc.ForEachMaster(ctx, fn)
 	}
 	return fn(ctx, t.one)
 }
 
-// reload makes a cluster client re-read the slot map, at most once per
+// Reload makes a cluster client re-read the slot map, at most once per
 // 100 ms.
-func (t *topology) reload(ctx context.Context) {
+func (t *topology) Reload(ctx context.Context) {
 	if t.cc == nil {
 		return
 	}
@@ -62,8 +63,8 @@ func (t *topology) reload(ctx context.Context) {
 	t.cc.ReloadState(ctx)
 }
 
-// masters returns the client of every master (one server: its client).
-func (t *topology) masters(ctx context.Context) ([]*redis.Client, error) {
+// Masters returns the client of every master (one server: its client).
+func (t *topology) Masters(ctx context.Context) ([]*redis.Client, error) {
 	if t.cc == nil {
 		return []*redis.Client{t.one}, nil
 	}
@@ -77,3 +78,6 @@ func (t *topology) masters(ctx context.Context) ([]*redis.Client, error) {
 	})
 	return out, err
 }
+
+// Cluster returns the cluster client, or nil for one server.
+func (t *topology) Cluster() *redis.ClusterClient { return t.cc }

@@ -1,4 +1,4 @@
-package manager
+package transport
 
 import (
 	"bufio"

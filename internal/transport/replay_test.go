@@ -1,4 +1,4 @@
-package manager
+package transport
 
 import (
 	"context"
@@ -165,7 +165,7 @@ func TestReplayConnectionCut(t *testing.T) {
 				t.Fatalf("the answered SET: %v", errs[0])
 			}
 			for i, err := range errs[1:] {
-				if !isAmbiguous(err) {
+				if !IsAmbiguous(err) {
 					t.Fatalf("unanswered command %d: %v, want an error whose outcome is unknown", i+1, err)
 				}
 			}
@@ -185,10 +185,10 @@ func TestOnceNeverRetries(t *testing.T) {
 	f := startFakeRESP(t)
 	ctx := testCtx(t)
 	o := newOnce(fakeStandalone(t, f))
-	if err := o.Process(ctx, setNX(ctx, "cut", "1")); !isAmbiguous(err) {
+	if err := o.Process(ctx, setNX(ctx, "cut", "1")); !IsAmbiguous(err) {
 		t.Fatalf("cut: %v", err)
 	}
-	if err := o.Process(ctx, setNX(ctx, "tryagain", "1")); !isNotNow(err) {
+	if err := o.Process(ctx, setNX(ctx, "tryagain", "1")); !IsNotNow(err) {
 		t.Fatalf("tryagain: %v", err)
 	}
 	for _, c := range []string{"set cut 1", "set tryagain 1"} {
@@ -206,10 +206,10 @@ func TestOnceNeverRetries(t *testing.T) {
 // answered call keeps its reply and only the unanswered ones carry the
 // error, none of them sent again.
 func TestRunBatchSendsEachCallOnce(t *testing.T) {
-	calls := func(keys ...string) []scriptCall {
-		out := make([]scriptCall, len(keys))
+	calls := func(keys ...string) []ScriptCall {
+		out := make([]ScriptCall, len(keys))
 		for i, k := range keys {
-			out[i] = scriptCall{script: scripts.Extend, keys: []string{k}, args: []any{"token", "1000"}}
+			out[i] = ScriptCall{Script: scripts.Extend, Keys: []string{k}, Args: []any{"token", "1000"}}
 		}
 		return out
 	}
@@ -223,11 +223,11 @@ func TestRunBatchSendsEachCallOnce(t *testing.T) {
 		t.Run(kind+"/tryagain", func(t *testing.T) {
 			f := startFakeRESP(t)
 			cs := calls("tryagain", "k")
-			runBatch(testCtx(t), client(f), cs)
-			if !isTryAgain(cs[0].cmd.Err()) {
-				t.Fatalf("the TRYAGAIN'd call: %v, want its TRYAGAIN", cs[0].cmd.Err())
+			RunBatch(testCtx(t), client(f), cs)
+			if !IsTryAgain(cs[0].Cmd.Err()) {
+				t.Fatalf("the TRYAGAIN'd call: %v, want its TRYAGAIN", cs[0].Cmd.Err())
 			}
-			if v, err := cs[1].cmd.Int64(); err != nil || v != 1 {
+			if v, err := cs[1].Cmd.Int64(); err != nil || v != 1 {
 				t.Fatalf("the answered call: %v, %v", v, err)
 			}
 			for _, k := range []string{"tryagain", "k"} {
@@ -239,13 +239,13 @@ func TestRunBatchSendsEachCallOnce(t *testing.T) {
 		t.Run(kind+"/cut", func(t *testing.T) {
 			f := startFakeRESP(t)
 			cs := calls("a", "cut", "c")
-			runBatch(testCtx(t), client(f), cs)
-			if v, err := cs[0].cmd.Int64(); err != nil || v != 1 {
+			RunBatch(testCtx(t), client(f), cs)
+			if v, err := cs[0].Cmd.Int64(); err != nil || v != 1 {
 				t.Fatalf("the answered call: %v, %v", v, err)
 			}
 			for i, c := range cs[1:] {
-				if !isAmbiguous(c.cmd.Err()) {
-					t.Fatalf("unanswered call %d: %v, want an error whose outcome is unknown", i+1, c.cmd.Err())
+				if !IsAmbiguous(c.Cmd.Err()) {
+					t.Fatalf("unanswered call %d: %v, want an error whose outcome is unknown", i+1, c.Cmd.Err())
 				}
 			}
 			for k, want := range map[string]int{"a": 1, "cut": 1, "c": 0} {

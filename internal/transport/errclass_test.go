@@ -1,4 +1,4 @@
-package manager
+package transport
 
 import (
 	"context"
@@ -65,9 +65,9 @@ func TestErrorClasses(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := []bool{isTransient(tt.err), isAmbiguous(tt.err), ranWithError(tt.err), isNotNow(tt.err), isRedirect(tt.err)}
+			got := []bool{IsTransient(tt.err), IsAmbiguous(tt.err), RanWithError(tt.err), IsNotNow(tt.err), IsRedirect(tt.err)}
 			want := []bool{tt.transient, tt.ambiguous, tt.ran, tt.notNow, tt.redirect}
-			for i, name := range []string{"isTransient", "isAmbiguous", "ranWithError", "isNotNow", "isRedirect"} {
+			for i, name := range []string{"IsTransient", "IsAmbiguous", "RanWithError", "IsNotNow", "IsRedirect"} {
 				if got[i] != want[i] {
 					t.Errorf("%s(%v) = %v, want %v", name, tt.err, got[i], want[i])
 				}

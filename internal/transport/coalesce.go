@@ -1,4 +1,4 @@
-package manager
+package transport
 
 import (
 	"context"
@@ -12,71 +12,10 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// commander is what the lock calls send their commands through: the
-// coalescer, or the client itself behind once (coalescing off).
-type commander interface {
-	redis.Scripter
-	Process(ctx context.Context, cmd redis.Cmder) error
-}
-
 var (
-	_ commander = (*coalescer)(nil)
-	_ commander = (*once)(nil)
+	_ Commander = (*coalescer)(nil)
+	_ Commander = (*once)(nil)
 )
-
-// noRetry wraps a command so that go-redis never sends it twice: neither
-// its pipelines (which re-send a whole batch after a connection error or a
-// "not now" reply at its head) nor a client's own retries (which re-send a
-// command whose reply was lost) re-send a command whose NoRetry is true.
-// Redirects (MOVED, ASK) are still followed: the command did not run.
-type noRetry struct{ redis.Cmder }
-
-func (noRetry) NoRetry() bool { return true }
-
-// scripter is what the lock calls need of a redis.Scripter: script
-// commands go through process (and so through the coalescer, or once),
-// script loads straight to the client c.
-type scripter struct {
-	c       redis.UniversalClient
-	process func(context.Context, redis.Cmder) error
-}
-
-func (s scripter) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return scriptCmd(ctx, s.process, argEval, script, keys, args)
-}
-
-func (s scripter) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	return scriptCmd(ctx, s.process, argEvalSha, sha1, keys, args)
-}
-
-func (s scripter) EvalRO(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return scriptCmd(ctx, s.process, argEvalRO, script, keys, args)
-}
-
-func (s scripter) EvalShaRO(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
-	return scriptCmd(ctx, s.process, argEvalShaRO, sha1, keys, args)
-}
-
-func (s scripter) ScriptExists(ctx context.Context, hashes ...string) *redis.BoolSliceCmd {
-	return s.c.ScriptExists(ctx, hashes...)
-}
-
-func (s scripter) ScriptLoad(ctx context.Context, script string) *redis.StringCmd {
-	return s.c.ScriptLoad(ctx, script)
-}
-
-// once sends each command through the client, alone and never twice: the
-// lock calls' path when coalescing is off.
-type once struct{ scripter }
-
-// newOnce returns a once for c (a pointer: runScript compares commanders).
-func newOnce(c redis.UniversalClient) *once {
-	return &once{scripter{c: c, process: func(ctx context.Context, cmd redis.Cmder) error {
-		return c.Process(ctx, noRetry{cmd})
-	}}}
-}
-
-func (o *once) Process(ctx context.Context, cmd redis.Cmder) error { return o.process(ctx, cmd) }
 
 // coalescer sends concurrent callers' commands as pipelines, one lane per
 // server: the client's one server (a standalone or Sentinel-managed
@@ -111,7 +50,7 @@ type coalescer struct {
 
 	mu          sync.Mutex
 	lanes       map[*redis.Client]*lane
-	flushers    *atomic.Int32 // running, over every coalescer that shares it (processFlushers)
+	flushers    *atomic.Int32 // running, over every coalescer that shares its FlusherBound
 	maxFlushers int32
 	closed      bool
 
@@ -135,7 +74,7 @@ const (
 	// as the lane's last batch held, wait behind those in flight (every
 	// running flusher has its batch in flight), while fewer than
 	// flushersPerCPU x GOMAXPROCS are in flight over all the lanes of
-	// every coalescer of the process (see another, processFlushers). A
+	// every coalescer that shares its FlusherBound (see another). A
 	// few pipelines in flight keep both the server and the client busy;
 	// more make smaller batches, which cost the server more per command.
 	laneFlushers   = 8
@@ -197,16 +136,25 @@ func (q *queued) recycle() {
 	queuedPool.Put(q)
 }
 
-// processFlushers counts the flushers running in this process, over the
-// coalescers of all its managers: the bound on them comes from the
-// process's CPUs, so several managers in one process keep as many
-// pipelines in flight as one would, in larger batches.
-var processFlushers atomic.Int32
+// FlusherBound bounds the flushers running over the lanes of every
+// coalescer that shares it. The engine hands one bound to every manager of
+// a process: the bound comes from the process's CPUs, so several managers
+// in one process keep as many pipelines in flight as one would, in larger
+// batches.
+type FlusherBound struct {
+	running atomic.Int32
+	max     int32
+}
 
-// newCoalescer returns a coalescer for client c of topology t.
-func newCoalescer(c redis.UniversalClient, t *topology) *coalescer {
-	co := &coalescer{lanes: map[*redis.Client]*lane{}, flushers: &processFlushers,
-		maxFlushers: int32(flushersPerCPU * runtime.GOMAXPROCS(0)), own: honoursDeadlines(c), cc: t.cc, one: t.one}
+// NewFlusherBound returns a bound of flushersPerCPU x GOMAXPROCS flushers.
+func NewFlusherBound() *FlusherBound {
+	return &FlusherBound{max: int32(flushersPerCPU * runtime.GOMAXPROCS(0))}
+}
+
+// newCoalescer returns a coalescer for client c of topology t, under bound b.
+func newCoalescer(c redis.UniversalClient, t *topology, b *FlusherBound) *coalescer {
+	co := &coalescer{lanes: map[*redis.Client]*lane{}, flushers: &b.running,
+		maxFlushers: b.max, own: honoursDeadlines(c), cc: t.cc, one: t.one}
 	co.scripter = scripter{c: c, process: co.Process}
 	return co
 }
@@ -420,7 +368,7 @@ func (co *coalescer) send(node *redis.Client, batch []*queued) {
 		for _, q := range batch {
 			_ = pipe.Process(bg, &q.once)
 		}
-		if _, err := pipe.Exec(bg); err != nil && !isReply(err) {
+		if _, err := pipe.Exec(bg); err != nil && !IsReply(err) {
 			for _, q := range batch {
 				unstamp(q.cmd)
 			}
@@ -450,10 +398,10 @@ func (co *coalescer) resend(q *queued) {
 func (co *coalescer) sendAgain(ctx context.Context, cmd redis.Cmder, wanted func() bool) {
 	pause := resendPause
 	for range maxResends {
-		if isTryAgain(cmd.Err()) && fallsBackOnTryAgain(ctx) {
-			return // its caller has another way (see withTryAgainFallback)
+		if IsTryAgain(cmd.Err()) && fallsBackOnTryAgain(ctx) {
+			return // its caller has another way (see WithTryAgainFallback)
 		}
-		if isNotNow(cmd.Err()) {
+		if IsNotNow(cmd.Err()) {
 			t := time.NewTimer(pause)
 			select {
 			case <-t.C:
@@ -501,7 +449,7 @@ func (co *coalescer) resendable(err error) bool {
 		return false
 	}
 	closed := co.cc != nil && errors.Is(err, redis.ErrClosed)
-	if co.cc != nil && (needsReload(err) || closed || (err != nil && !isReply(err) && !errors.Is(err, redis.Nil))) {
+	if co.cc != nil && (needsReload(err) || closed || (err != nil && !IsReply(err) && !errors.Is(err, redis.Nil))) {
 		co.cc.ReloadState(context.Background()) // lazy: go-redis reloads once, in the background
 	}
 	return co.again(err) || closed
@@ -509,9 +457,9 @@ func (co *coalescer) resendable(err error) bool {
 
 // sendsAgain reports whether a command of ctx whose send ended with err is
 // to be sent again (resendable), unless it is a TRYAGAIN its caller takes
-// another way (withTryAgainFallback).
+// another way (WithTryAgainFallback).
 func (co *coalescer) sendsAgain(ctx context.Context, err error) bool {
-	return co.resendable(err) && !(isTryAgain(err) && fallsBackOnTryAgain(ctx))
+	return co.resendable(err) && !(IsTryAgain(err) && fallsBackOnTryAgain(ctx))
 }
 
 func (co *coalescer) isClosed() bool {
@@ -520,89 +468,18 @@ func (co *coalescer) isClosed() bool {
 	return co.closed
 }
 
-// unstamp clears the connection error go-redis stamps on every command of
-// a pipeline that failed, from cmd if its reply was read before the
-// pipeline failed: a reply leaves a value behind. (A reply that leaves no
-// value, an empty string say, keeps the error: it counts as unanswered,
-// which is never wrong, only less precise.)
-func unstamp(cmd redis.Cmder) {
-	if err := cmd.Err(); err == nil || isReply(err) || errors.Is(err, redis.Nil) {
-		return
-	}
-	var answered bool
-	switch c := cmd.(type) {
-	case *redis.Cmd:
-		answered = c.Val() != nil
-	case *redis.StatusCmd:
-		answered = c.Val() != ""
-	case *redis.StringCmd:
-		answered = c.Val() != ""
-	case *redis.IntCmd:
-		answered = c.Val() != 0
-	}
-	if answered {
-		cmd.SetErr(nil)
-	}
-}
-
 // again reports whether err, the outcome of a send, says the command did
-// not run and is to be sent again: "not now" (see isNotNow), or on a
+// not run and is to be sent again: "not now" (see IsNotNow), or on a
 // cluster a redirect. (A command sent to the client of a node that has
 // left the cluster fails with redis.ErrClosed, unsent: send treats that
 // as a redirect too.)
 func (co *coalescer) again(err error) bool {
-	return isNotNow(err) || (co.cc != nil && isRedirect(err))
-}
-
-// isRedirect reports whether err is a MOVED or ASK reply.
-func isRedirect(err error) bool {
-	msg, ok := replyMsg(err)
-	if !ok {
-		return false
-	}
-	return strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK ")
-}
-
-// isNotNow reports whether err is a reply that says "not now": the
-// command did not run because the slot is migrating (TRYAGAIN), the
-// cluster or the master is down (CLUSTERDOWN, MASTERDOWN), the server is
-// loading its data (LOADING) or is a replica now (READONLY).
-func isNotNow(err error) bool {
-	msg, ok := replyMsg(err)
-	if !ok {
-		return false
-	}
-	for _, p := range [...]string{"TRYAGAIN", "CLUSTERDOWN", "LOADING", "MASTERDOWN", "READONLY"} {
-		if strings.HasPrefix(msg, p) {
-			return true
-		}
-	}
-	return false
-}
-
-// isTryAgain reports whether err is Redis's TRYAGAIN: a multi-key command
-// whose keys are not all on one node while their slot migrates.
-func isTryAgain(err error) bool { return hasReplyPrefix(err, "TRYAGAIN") }
-
-// tryAgainFallback is the context key of withTryAgainFallback.
-type tryAgainFallback struct{}
-
-// withTryAgainFallback returns ctx marked so that the coalescer hands a
-// TRYAGAIN reply to the command's caller rather than sending the command
-// again until the slot is stable: the caller has a single-key attempt to
-// make instead (attemptUnqueued).
-func withTryAgainFallback(ctx context.Context) context.Context {
-	return context.WithValue(ctx, tryAgainFallback{}, true)
-}
-
-func fallsBackOnTryAgain(ctx context.Context) bool {
-	on, _ := ctx.Value(tryAgainFallback{}).(bool)
-	return on
+	return IsNotNow(err) || (co.cc != nil && IsRedirect(err))
 }
 
 // needsReload reports whether err says the cluster's slot map has changed.
 func needsReload(err error) bool {
-	if !isReply(err) {
+	if !IsReply(err) {
 		return false
 	}
 	msg := err.Error()
@@ -632,30 +509,20 @@ func (co *coalescer) queuedLen() int {
 	return n
 }
 
-// The script commands' names, boxed once (see luaTrue).
-var (
-	argEval      any = "eval"
-	argEvalSha   any = "evalsha"
-	argEvalRO    any = "eval_ro"
-	argEvalShaRO any = "evalsha_ro"
-)
-
-// scriptCmd runs a script command (EVAL, EVALSHA and their _RO forms; name
-// is one of the arg names above) through process. A caller that stopped
-// waiting after it was sent gets a command of its own with the error, as
-// the coalescer now owns the one it sent.
-func scriptCmd(ctx context.Context, process func(context.Context, redis.Cmder) error, name any, body string, keys []string, args []any) *redis.Cmd {
-	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
-	cmdArgs = append(cmdArgs, name, body, len(keys))
-	for _, k := range keys {
-		cmdArgs = append(cmdArgs, k)
+// honoursDeadlines reports whether every command c sends is bounded by its
+// context's deadline: the coalescer, or a *redis.Client or
+// *redis.ClusterClient with ContextTimeoutEnabled (directly or behind
+// once).
+func honoursDeadlines(c any) bool {
+	switch c := c.(type) {
+	case *coalescer:
+		return true
+	case *once:
+		return honoursDeadlines(c.c)
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
 	}
-	cmdArgs = append(cmdArgs, args...)
-	cmd := redis.NewCmd(ctx, cmdArgs...)
-	if err := process(ctx, cmd); isAbandoned(err) {
-		own := redis.NewCmd(ctx)
-		own.SetErr(err)
-		return own
-	}
-	return cmd
+	return false
 }
