@@ -76,18 +76,6 @@ func (m *Manager) acquireMeasured(ctx context.Context, tg target, ac *acquireCon
 	return l, err
 }
 
-// resolveClass sets ac.cls, the metrics class of an acquire of resource.
-func (m *Manager) resolveClass(ac *acquireConfig, resource string) {
-	if m.mx == nil {
-		return
-	}
-	name := ac.class
-	if name == "" {
-		name = m.className(resource)
-	}
-	ac.cls = m.mx.Class(name)
-}
-
 // acquireReason is the metrics reason of an acquire's error.
 func acquireReason(err error, wait bool) string {
 	switch {
@@ -111,21 +99,6 @@ func acquireReason(err error, wait bool) string {
 	return metrics.ReasonRedisError
 }
 
-// target is what an acquire locks: one resource, or a batch in one slot.
-type target struct {
-	resource, key string     // the first (or only) resource and its key
-	batch         *batchInfo // nil for a single lock
-	rw            rwMode     // a read-write lock's reader or writer, else rwNone
-}
-
-// An acquire attempt's status: the acquire scripts' (scripts.AcquireHeld,
-// AcquireSet, AcquireOurs), which the plain SET NX paths give too.
-const (
-	attemptContended = int(scripts.AcquireHeld) // someone else holds the key
-	attemptFresh     = int(scripts.AcquireSet)  // this attempt set the key
-	attemptReplay    = int(scripts.AcquireOurs) // the key already held our token: an earlier attempt (or a re-send) set it
-)
-
 // transientRetry bounds the wait after an attempt that failed for a
 // transient reason (a failover, a migrating slot).
 const transientRetry = 100 * time.Millisecond
@@ -136,7 +109,7 @@ const transientRetry = 100 * time.Millisecond
 // caller's context or the wait limit ends it, or the retry strategy says
 // stop. Between attempts it waits in one of three ways:
 //
-//   - the fair queue (fair.go), for a single lock with notifications on:
+//   - the fair queue (queue.go, attempt_queued.go), for a single lock with notifications on:
 //     it queues behind this process's other waiters for the resource
 //     (queueUp), then in Redis, and is handed the lock by the release
 //     before it; it also re-checks on a timer (waitTurn);
@@ -167,7 +140,7 @@ type acquirer struct {
 	waiting         bool      // counted in the waiters gauge
 	timer           *time.Timer
 
-	// The fair queue (see fair.go): one resource, notifications on, no
+	// The fair queue (see queue.go): one resource, notifications on, no
 	// replica acknowledgement.
 	fair       bool
 	queueFirst bool        // the first attempt queues at once (see run)
@@ -409,7 +382,7 @@ func (a *acquirer) take(res attemptResult, sendAt time.Time) (_ *Lock, _ error, 
 		a.fw = nil
 	}
 	if !m.sched.add(l) {
-		m.sched.releaseNow(l)
+		l.releaseNow()
 		return nil, ErrClosed, false
 	}
 	if ce := m.log.Check(zap.DebugLevel, "lock acquired"); ce != nil {
@@ -679,57 +652,4 @@ func resetTimer(t **time.Timer, d time.Duration) {
 		return
 	}
 	(*t).Reset(d)
-}
-
-// orphan hands a token that may hold the target's keys to the reaper.
-func (m *Manager) orphan(tg target, token string, deadline time.Time) {
-	if tg.batch == nil {
-		m.reapMode(tg.key, token, tg.rw, deadline)
-		return
-	}
-	for _, k := range tg.batch.keys {
-		m.reap(k, token, deadline)
-	}
-}
-
-// reap hands a token that may hold key, until deadline, to the watchdog's
-// reaper; after Close, when no reaper runs, it releases it once now
-// (bounded by a second), best effort.
-func (m *Manager) reap(key, token string, deadline time.Time) {
-	m.reapMode(key, token, rwNone, deadline)
-}
-
-// reapMode is reap for a lock of mode mo.
-func (m *Manager) reapMode(key, token string, mo rwMode, deadline time.Time) {
-	if m.sched.addOrphan(key, token, mo, deadline) {
-		return
-	}
-	ctx, cancel := context.WithDeadline(context.Background(), minTime(deadline, time.Now().Add(time.Second)))
-	defer cancel()
-	c := orphan{key: key, token: token, mode: mo}.releaseCall()
-	_ = m.tr.RunScript(ctx, m.client, c.Script, c.Keys, c.Args...).Err()
-}
-
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
-}
-
-// className is the metrics class of resource's locks, as acquires name it
-// without WithClass.
-func (m *Manager) className(resource string) (class string) {
-	defer func() {
-		if recover() != nil {
-			class = metrics.ClassDefault // a class function that panics names nothing
-		}
-	}()
-	if m.cfg.classFunc != nil {
-		if c := m.cfg.classFunc(resource); c != "" {
-			return c
-		}
-		return metrics.ClassDefault
-	}
-	return metrics.ClassOf(resource)
 }

@@ -2,86 +2,13 @@ package manager
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"slices"
-	"sort"
-	"strings"
 
 	"github.com/shardlock/shardlock/sharding"
 )
 
 // MaxBatch bounds the resources of one batch lock.
 const MaxBatch = 128
-
-// ErrCrossSlot is matched by every *CrossSlotError.
-var ErrCrossSlot = errors.New("shardlock: batch resources are in different cluster slots")
-
-// CrossSlotError reports batch resources that do not share a slot, found
-// before any round trip. Build co-located names with sharding.Group. It
-// matches ErrCrossSlot and ErrInvalidArgument.
-type CrossSlotError struct {
-	Slots map[string]int // resource -> slot
-}
-
-func (e *CrossSlotError) Error() string {
-	parts := make([]string, 0, len(e.Slots))
-	for r, s := range e.Slots {
-		parts = append(parts, fmt.Sprintf("%q:%d", r, s))
-	}
-	sort.Strings(parts)
-	return "shardlock: batch resources are in different cluster slots: " + strings.Join(parts, ", ")
-}
-
-// Unwrap returns ErrCrossSlot and ErrInvalidArgument.
-func (e *CrossSlotError) Unwrap() []error { return []error{ErrCrossSlot, ErrInvalidArgument} }
-
-// BatchHeldError reports the resources of a batch that other owners held
-// when the batch was not acquired. It matches ErrNotAcquired.
-type BatchHeldError struct {
-	Held []string
-}
-
-func (e *BatchHeldError) Error() string {
-	return fmt.Sprintf("shardlock: lock not acquired: held by others: %s", strings.Join(e.Held, ", "))
-}
-
-// Unwrap returns ErrNotAcquired.
-func (e *BatchHeldError) Unwrap() error { return ErrNotAcquired }
-
-// BatchReleaseError reports, per resource, why a batch release did not
-// delete every key (ErrNotHeld or ErrExpired; resources released cleanly
-// are absent). It matches ErrNotHeld when any key was someone else's, else
-// ErrExpired.
-type BatchReleaseError struct {
-	Results map[string]error
-}
-
-func (e *BatchReleaseError) Error() string {
-	parts := make([]string, 0, len(e.Results))
-	for r, err := range e.Results {
-		parts = append(parts, fmt.Sprintf("%s: %v", r, err))
-	}
-	sort.Strings(parts)
-	return "shardlock: batch release: " + strings.Join(parts, "; ")
-}
-
-// Unwrap returns ErrNotHeld if any resource was someone else's, else ErrExpired.
-func (e *BatchReleaseError) Unwrap() error {
-	for _, err := range e.Results {
-		if errors.Is(err, ErrNotHeld) {
-			return ErrNotHeld
-		}
-	}
-	return ErrExpired
-}
-
-// batchInfo is what a batch lock holds besides a single lock's fields.
-type batchInfo struct {
-	resources []string
-	keys      []string
-	fences    []uint64
-}
 
 // TryAcquireBatch makes one attempt to lock every resource, all or none, in
 // one script. The resources must share a cluster slot (build them with

@@ -3,6 +3,7 @@ package manager
 import (
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 )
 
@@ -132,12 +133,91 @@ func (e *lostError) Error() string {
 // Unwrap returns ErrLockLost and the cause.
 func (e *lostError) Unwrap() []error { return []error{ErrLockLost, e.cause} }
 
-func (b *batchInfo) heldError(idx []int) error {
-	held := make([]string, 0, len(idx))
-	for _, i := range idx {
-		if i >= 1 && i <= len(b.resources) {
-			held = append(held, b.resources[i-1])
+// ErrCrossSlot is matched by every *CrossSlotError.
+var ErrCrossSlot = errors.New("shardlock: batch resources are in different cluster slots")
+
+// CrossSlotError reports batch resources that do not share a slot, found
+// before any round trip. Build co-located names with sharding.Group. It
+// matches ErrCrossSlot and ErrInvalidArgument.
+type CrossSlotError struct {
+	Slots map[string]int // resource -> slot
+}
+
+func (e *CrossSlotError) Error() string {
+	parts := make([]string, 0, len(e.Slots))
+	for r, s := range e.Slots {
+		parts = append(parts, fmt.Sprintf("%q:%d", r, s))
+	}
+	sort.Strings(parts)
+	return "shardlock: batch resources are in different cluster slots: " + strings.Join(parts, ", ")
+}
+
+// Unwrap returns ErrCrossSlot and ErrInvalidArgument.
+func (e *CrossSlotError) Unwrap() []error { return []error{ErrCrossSlot, ErrInvalidArgument} }
+
+// BatchHeldError reports the resources of a batch that other owners held
+// when the batch was not acquired. It matches ErrNotAcquired.
+type BatchHeldError struct {
+	Held []string
+}
+
+func (e *BatchHeldError) Error() string {
+	return fmt.Sprintf("shardlock: lock not acquired: held by others: %s", strings.Join(e.Held, ", "))
+}
+
+// Unwrap returns ErrNotAcquired.
+func (e *BatchHeldError) Unwrap() error { return ErrNotAcquired }
+
+// BatchReleaseError reports, per resource, why a batch release did not
+// delete every key (ErrNotHeld or ErrExpired; resources released cleanly
+// are absent). It matches ErrNotHeld when any key was someone else's, else
+// ErrExpired.
+type BatchReleaseError struct {
+	Results map[string]error
+}
+
+func (e *BatchReleaseError) Error() string {
+	parts := make([]string, 0, len(e.Results))
+	for r, err := range e.Results {
+		parts = append(parts, fmt.Sprintf("%s: %v", r, err))
+	}
+	sort.Strings(parts)
+	return "shardlock: batch release: " + strings.Join(parts, "; ")
+}
+
+// Unwrap returns ErrNotHeld if any resource was someone else's, else ErrExpired.
+func (e *BatchReleaseError) Unwrap() error {
+	for _, err := range e.Results {
+		if errors.Is(err, ErrNotHeld) {
+			return ErrNotHeld
 		}
 	}
-	return &BatchHeldError{Held: held}
+	return ErrExpired
 }
+
+// ErrForgotten is what a Lock answers after Forget: its manager no longer
+// renews or releases it (another process took it over with Resume). It is
+// also the cause of the Lock's Context.
+var ErrForgotten = errors.New("shardlock: lock handed on (forgotten)")
+
+// ErrForceReleased: an operator removed the lock with ForceRelease. It is
+// in the "no longer held" family (it matches ErrLockLost); a
+// *ForcedReleaseError says who forced it and why.
+var ErrForceReleased error = &noLongerHeld{"shardlock: lock force-released"}
+
+// ForcedReleaseError is what the evicted holder of a force-released lock
+// learns: who forced it (the forcing manager's owner id) and why. It
+// matches ErrForceReleased and ErrLockLost.
+type ForcedReleaseError struct {
+	By, Reason string
+}
+
+func (e *ForcedReleaseError) Error() string {
+	if e.By == "" && e.Reason == "" {
+		return ErrForceReleased.Error()
+	}
+	return fmt.Sprintf("shardlock: lock force-released by %s: %s", e.By, e.Reason)
+}
+
+// Unwrap returns ErrForceReleased.
+func (e *ForcedReleaseError) Unwrap() error { return ErrForceReleased }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -18,89 +17,8 @@ import (
 	"github.com/shardlock/shardlock/sharding"
 )
 
-const (
-	stateHeld = iota
-	stateReleasing
-	stateReleased
-	stateLost
-)
-
-// Lock is a held lock, returned by the Manager. Its methods are safe for
-// concurrent use; on a nil *Lock, or a zero Lock not made by a Manager,
-// they return ErrNilLock (or zero values, and a closed Done) instead of
-// panicking, so `defer lock.Release(ctx)` after a failed acquire is
-// harmless.
-type Lock struct {
-	m          *Manager
-	resource   string
-	key        string
-	token      string
-	fence      uint64
-	acquiredAt time.Time
-	keys       [1]string      // {key}, for script calls without allocating a slice
-	args       [1]any         // {token}, boxed once, likewise
-	cls        *metrics.Class // nil without metrics
-	multi      *batchInfo     // nil unless a batch lock
-	rw         rwMode         // a read-write lock's reader or writer, else rwNone
-
-	mu sync.Mutex
-	// sig is made on first use of Context or Done: most holders never ask.
-	sig        *lockSignals
-	cause      error // why Context is (or is to be) cancelled; nil while it lives
-	ttl        time.Duration
-	validUntil mono  // by this process's monotonic clock
-	maxHoldAt  mono  // zero: no max hold
-	err        error // why Done closed; after a release, see releaseErrLocked
-	replicas   int
-	state      uint8
-	finished   bool // Done is (or is to be) closed
-	maxFired   bool
-	watchdog   bool
-
-	rn renewState // the watchdog's renewal bookkeeping, under mu
-	wd watchEntry // the watchdog's, under its mutex
-}
-
-// renewState is the watchdog's bookkeeping of a lock's renewals, under the
-// lock's mutex: what the holder sees (validity, errors, Done) stays in Lock.
-type renewState struct {
-	interval time.Duration
-	lastSent mono // send time of the last successful write of the key's TTL
-	next     mono // when the next renewal is due
-	// claimed: the lock was handed over from Redis's queue on the claim
-	// lease (see fair.go) and no renewal has set its TTL since; its first
-	// renewal is sent even without the watchdog.
-	claimed bool
-	// fixedInterval: the renew interval was set explicitly, not TTL/3.
-	fixedInterval bool
-	// watched: the lock has left the scheduler's incoming list for its heap,
-	// so giving it up must take it out of the heap (see scheduler.add).
-	watched bool
-	// renewing: the watchdog's renewal is in flight; the lock stays in the
-	// heap, due at the end of its validity, so that a renewal stuck in I/O
-	// never delays the loss.
-	renewing bool
-	fails    int // renewals failed in a row, for the backoff and the log
-}
-
-// watchEntry is the scheduler's bookkeeping of a lock it watches: when it
-// must next look at it, and where the lock is in its heap. Only the
-// scheduler reads or writes it, under its mutex.
-type watchEntry struct {
-	due   mono
-	slack time.Duration // how early a renewal may go, to share a pipeline
-	idx   int           // in the heap, or idxNone, idxProcessing, idxIncoming
-}
-
 // zero reports whether l is nil or a Lock not made by a Manager.
 func (l *Lock) zero() bool { return l == nil || l.m == nil }
-
-// lockSignals are the channels a holder may wait on.
-type lockSignals struct {
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	done   chan struct{}
-}
 
 func (l *Lock) sigLocked() *lockSignals {
 	if l.sig == nil {
@@ -515,41 +433,6 @@ func (l *Lock) renewed(sentAtTime time.Time, ttl time.Duration) {
 	l.m.sched.schedule(l, due, slack)
 }
 
-// nextDueLocked returns when the scheduler must look at the lock next, and
-// how much earlier it may: a renewal may go up to a quarter interval
-// early, to share a pipeline with others due close to it; a retry after a
-// failed renewal, the max hold and the end of validity may not.
-func (l *Lock) nextDueLocked() (mono, time.Duration) {
-	due, slack := l.validUntil, time.Duration(0)
-	if (l.watchdog || l.rn.claimed) && !l.maxFired && !l.rn.renewing && l.rn.next.Before(due) {
-		due, slack = l.rn.next, l.renewSlackLocked()
-	}
-	if !l.maxHoldAt.IsZero() && !l.maxFired && l.maxHoldAt.Before(due) {
-		due, slack = l.maxHoldAt, 0
-	}
-	return due, slack
-}
-
-// renewDueLocked reports whether the watchdog should send a renewal of l
-// at now: one is due (within its slack) and none is in flight.
-func (l *Lock) renewDueLocked(now mono) bool {
-	if (!l.watchdog && !l.rn.claimed) || l.maxFired || l.rn.renewing {
-		return false
-	}
-	return !now.Add(l.renewSlackLocked()).Before(l.rn.next)
-}
-
-// renewSlackLocked is how early a renewal may go: a quarter interval, to
-// share a pipeline with the renewals due close to it; none for a retry
-// after a failed renewal, which keeps its backoff, nor for the confirmation
-// of a claim lease, which a release within the lease makes unnecessary.
-func (l *Lock) renewSlackLocked() time.Duration {
-	if l.rn.fails > 0 || l.rn.claimed {
-		return 0
-	}
-	return l.rn.interval / 4
-}
-
 // TTL returns the lock's remaining TTL on the server. It returns ErrExpired
 // or ErrNotHeld (and the lock is lost) when the key is gone or owned by
 // someone else; without a round trip, the lock's error (matching
@@ -647,31 +530,4 @@ func (m *Manager) forcedError(key, token string) error {
 	}
 	by, why, _ := strings.Cut(rest, "|")
 	return &ForcedReleaseError{By: by, Reason: why}
-}
-
-// rwMode says whether an acquire or a lock is a read-write lock's, and
-// which side of it.
-type rwMode uint8
-
-const (
-	rwNone  rwMode = iota // an exclusive lock
-	rwRead                // a reader of a read-write lock
-	rwWrite               // the writer of a read-write lock
-)
-
-// arg is the mode as rw_acquire.lua takes it.
-func (mo rwMode) arg() string {
-	if mo == rwRead {
-		return "r"
-	}
-	return "w"
-}
-
-// scripts returns the scripts that act on a held lock of mode mo: its
-// release, extend and TTL read.
-func (mo rwMode) scripts() (release, extend, pttl *redis.Script) {
-	if mo == rwNone {
-		return scripts.Release, scripts.Extend, scripts.PTTL
-	}
-	return scripts.RWRelease, scripts.RWExtend, scripts.RWPTTL
 }

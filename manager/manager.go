@@ -2,8 +2,6 @@ package manager
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +12,11 @@ import (
 	"github.com/shardlock/shardlock/internal/transport"
 	"github.com/shardlock/shardlock/metrics"
 )
+
+// This file declares the engine's state: the Manager, the Lock, and what
+// the Manager keeps for its rooms (the local queues, the watchdog's
+// schedule, the orphaned tokens). What they do lives in the rooms' files,
+// which call downward only: see "The engine's rooms" in docs/design.md.
 
 // Manager takes and keeps distributed locks on one Redis deployment. It is
 // safe for concurrent use. It owns one background goroutine, the watchdog
@@ -36,65 +39,6 @@ type Manager struct {
 	queues     localQueues
 	mx         *metrics.Metrics
 	unregister func() // removes this manager's held locks from mx
-}
-
-// New returns a Manager on client: a *redis.Client (standalone, or
-// Sentinel failover with redis.NewFailoverClient) or a *redis.ClusterClient;
-// it rejects any other kind. Unless WithStartupCheck(false) is given it
-// checks that every master runs Redis 7.0 or later and loads the Lua
-// scripts on each, by ctx's deadline (DefaultStartup when ctx has none). A
-// server that is loading its data (LOADING) or a cluster that is down or
-// failing over (CLUSTERDOWN, TRYAGAIN, MASTERDOWN, READONLY) is waited out
-// until then.
-//
-// It returns an *InvalidArgumentError for a nil client or context, another
-// kind of client or contradicting options, a *ServerVersionError for a
-// server that is too old, and the Redis error (or ctx's, or both) when the
-// servers cannot be reached, or do not get ready, in time.
-func New(ctx context.Context, client redis.UniversalClient, opts ...Option) (*Manager, error) {
-	if ctx == nil {
-		return nil, invalid("context", "nil")
-	}
-	if isNil(client) { // nil, or a nil pointer of any client type
-		return nil, invalid("client", "nil")
-	}
-	cfg := defaultConfig()
-	for _, o := range opts {
-		if o != nil {
-			o.apply(&cfg)
-		}
-	}
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
-	tr, err := transport.New(client, transport.Config{Coalesce: cfg.autoPipeline == nil || *cfg.autoPipeline, Flushers: processFlushers})
-	if err != nil {
-		return nil, invalid("client", "%v", err)
-	}
-	m := &Manager{tr: tr, client: client, cmd: tr.Cmd(), renew: client, cfg: cfg, log: cfg.logger, closing: make(chan struct{})}
-	m.defaultAC = m.defaultAcquireConfig()
-	m.mx = cfg.metrics
-	if cfg.renewClient != nil {
-		m.renew = cfg.renewClient
-	}
-	if cfg.startupCheck {
-		cctx, cancel := ctx, context.CancelFunc(func() {})
-		if _, ok := ctx.Deadline(); !ok {
-			cctx, cancel = context.WithTimeout(ctx, DefaultStartup)
-		}
-		err := m.startupCheck(cctx)
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("shardlock: startup check: %w", err)
-		}
-	}
-	m.queues = localQueues{queues: map[string]*localQueue{}, max: cfg.maxWaiters}
-	if cfg.notifications {
-		m.notify = newNotifier(m)
-	}
-	m.sched = newScheduler(m)
-	m.unregister = m.mx.AddHeldSource(m.sched.eachHeld)
-	return m, nil
 }
 
 // processFlushers bounds the coalescers' pipelines in flight over every
@@ -126,134 +70,122 @@ func (m *Manager) open() error {
 	return nil
 }
 
-// Do takes the lock on resource (as Acquire), runs fn with a context that is
-// cancelled when the lock is lost or reaches its max hold (or when ctx
-// ends), releases the lock and returns fn's error. If the lock was lost
-// meanwhile, the error also matches ErrLockLost. If fn panics, Do releases
-// the lock and the panic goes on.
-func (m *Manager) Do(ctx context.Context, resource string, fn func(ctx context.Context) error, opts ...AcquireOption) error {
-	if err := m.usable(); err != nil {
-		return err
-	}
-	if fn == nil {
-		return invalid("fn", "nil")
-	}
-	l, err := m.Acquire(ctx, resource, opts...)
-	if err != nil {
-		return err
-	}
-	fctx, cancel := context.WithCancelCause(ctx)
-	lctx := l.Context()
-	stop := context.AfterFunc(lctx, func() { cancel(context.Cause(lctx)) })
-	// Release even if ctx has ended, but not for longer than the lock can
-	// live; and release when fn panics too, before the panic goes on.
-	release := func() error {
-		stop()
-		cancel(nil)
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), l.ttlNow())
-		defer rcancel()
-		return l.Release(rctx)
-	}
-	panicked := true
-	defer func() {
-		if panicked {
-			_ = release()
-		}
-	}()
-	ferr := fn(fctx)
-	panicked = false
-	rerr := release()
-	if errors.Is(rerr, ErrLockLost) {
-		return errors.Join(ferr, ErrLockLost)
-	}
-	if rerr != nil {
-		return errors.Join(ferr, rerr)
-	}
-	return ferr
+const (
+	stateHeld = iota
+	stateReleasing
+	stateReleased
+	stateLost
+)
+
+// Lock is a held lock, returned by the Manager. Its methods are safe for
+// concurrent use; on a nil *Lock, or a zero Lock not made by a Manager,
+// they return ErrNilLock (or zero values, and a closed Done) instead of
+// panicking, so `defer lock.Release(ctx)` after a failed acquire is
+// harmless.
+type Lock struct {
+	m          *Manager
+	resource   string
+	key        string
+	token      string
+	fence      uint64
+	acquiredAt time.Time
+	keys       [1]string      // {key}, for script calls without allocating a slice
+	args       [1]any         // {token}, boxed once, likewise
+	cls        *metrics.Class // nil without metrics
+	multi      *batchInfo     // nil unless a batch lock
+	rw         rwMode         // a read-write lock's reader or writer, else rwNone
+
+	mu sync.Mutex
+	// sig is made on first use of Context or Done: most holders never ask.
+	sig        *lockSignals
+	cause      error // why Context is (or is to be) cancelled; nil while it lives
+	ttl        time.Duration
+	validUntil mono  // by this process's monotonic clock
+	maxHoldAt  mono  // zero: no max hold
+	err        error // why Done closed; after a release, see releaseErrLocked
+	replicas   int
+	state      uint8
+	finished   bool // Done is (or is to be) closed
+	maxFired   bool
+	watchdog   bool
+
+	rn renewState // the watchdog's renewal bookkeeping, under mu
+	wd watchEntry // the watchdog's, under its mutex
 }
 
-// Close stops the watchdog, releases every lock this Manager still holds
-// and every key an attempt whose caller stopped waiting may have taken
-// (best effort, bounded by ctx; the locks' Done channels close), and waits
-// for the Manager's goroutines. Commands already on their way to Redis get
-// their replies first, for a second at most, so that such an attempt is
-// released after it has run. With ctx already ended it still makes one try,
-// bounded by a second. It returns an error that says how many locks it
-// could not release, and how many exchanges with Redis were still without
-// a reply when ctx ended (they end by the client's own timeouts). Calls
-// made after Close return ErrClosed; a second Close returns ErrClosed.
-func (m *Manager) Close(ctx context.Context) error {
-	if err := m.usable(); err != nil {
-		return err
-	}
-	if ctx == nil {
-		return invalid("context", "nil")
-	}
-	err := ErrClosed
-	m.closeOnce.Do(func() {
-		m.closed.Store(true)
-		close(m.closing)
-		m.sched.stop()
-		m.unregister()
-		if ctx.Err() != nil {
-			// Try once even so, bounded: the keys would otherwise stay
-			// until their TTL.
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), closeGrace)
-			defer cancel()
-		}
-		// Renewals, releases and coalesced batches in flight end first,
-		// for a moment at most: their tokens may come back as orphans,
-		// and an orphan's release must come after the attempt that may
-		// have taken its key, or that attempt takes the key for its TTL.
-		wctx, wcancel := context.WithTimeout(ctx, closeGrace)
-		m.tr.Settle(wctx)
-		wcancel()
-		locks, orphans := m.sched.take()
-		err = m.releaseAll(ctx, locks, orphans)
-		if m.notify != nil {
-			m.notify.close()
-		}
-		if n := m.tr.Close(ctx); n > 0 {
-			err = errors.Join(err, fmt.Errorf("shardlock: close: %d exchanges with Redis still without a reply; they end by the client's timeouts", n))
-		}
-		m.bg.Wait()
-	})
-	return err
+// lockSignals are the channels a holder may wait on.
+type lockSignals struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	done   chan struct{}
 }
 
-// closeGrace bounds Close's wait for exchanges in flight, and its one try
-// at releasing when its context has already ended.
-const closeGrace = time.Second
+// localQueues makes the waiters of one resource in this process queue up,
+// so that only one of them at a time contends in Redis.
+type localQueues struct {
+	mu     sync.Mutex
+	queues map[string]*localQueue
+	max    int          // waiters per resource at most; 0: no limit
+	active atomic.Int64 // len(queues), read without the lock by busy
 
-func (m *Manager) fields(ctx context.Context, event string, l *Lock, extra ...zap.Field) []zap.Field {
-	f := append(make([]zap.Field, 0, 8+len(extra)),
-		zap.String("event", event),
-		zap.String("resource", l.resource),
-		zap.String("owner", m.cfg.owner),
-		zap.String("token", redactToken(l.token)),
-		zap.Duration("ttl", l.ttl),
-	)
-	if l.fence != 0 {
-		f = append(f, zap.Uint64("fence", l.fence))
-	}
-	if id := m.traceID(ctx); id != "" {
-		f = append(f, zap.String("trace_id", id))
-	}
-	return append(f, extra...)
+	// Keys this process saw contended lately (its release handed one to a
+	// queued waiter): a waiting Acquire of one goes straight to the queue
+	// script, which takes a free key too, instead of trying SET NX first.
+	hmu    sync.Mutex
+	hints  map[string]time.Time // when it was seen contended
+	nhints atomic.Int64         // len(hints), read without the lock
 }
 
-// traceID reads ctx's trace id with WithTraceID's function. A function
-// that panics gives no id: a log line must never panic a lock call, which
-// may hold a lock by then.
-func (m *Manager) traceID(ctx context.Context) (id string) {
-	if m.cfg.traceID == nil || ctx == nil {
-		return ""
-	}
-	defer func() {
-		if recover() != nil {
-			id = ""
-		}
-	}()
-	return m.cfg.traceID(ctx)
+// localQueue is the waiters of one resource in this process (queue.go).
+type localQueue struct {
+	turn    chan struct{} // holds the token while no waiter contends
+	members int
+
+	// The fair queue, under localQueues.mu.
+	head   *fairWaiter // the waiter whose turn it is, in fair mode
+	holder *Lock       // a lock on the key that a waiter of this queue took, while held
+	streak int         // hand-overs in a row to this process's own waiters
 }
+
+// orphan is a token that may hold a key without anyone knowing: an acquire
+// attempt whose reply never came, or a release that could not be
+// confirmed. The scheduler releases it until deadline (when the key's TTL
+// would have run out anyway).
+type orphan struct {
+	key, token string
+	mode       rwMode // the lock's kind: it says which release script frees it
+	deadline   time.Time
+	next       time.Time
+	tries      int
+}
+
+// scheduler is the watchdog's schedule (schedule.go; the loop that works
+// it, the Manager's one background goroutine, is in watchdog.go). It keeps
+// every held lock in a heap by the time it must next look at it: to renew
+// it (every TTL/3 by default, pipelined with every other lock due in the
+// same tick), to fire its max hold, or to declare it lost when its
+// validity runs out with no successful renewal; and the orphaned tokens
+// the reaper releases (reaper.go).
+type scheduler struct {
+	log *zap.Logger
+
+	mu       sync.Mutex
+	locks    lockHeap
+	incoming []*Lock // new locks, not yet in the heap (see add)
+	inFlight []*Lock // taken out of the heap by collect, until process ends
+	orphans  []orphan
+	stopped  bool
+	taken    bool // Close has taken the orphans (see addOrphan)
+	// sleepUntil is when the loop will next wake by itself; an earlier due
+	// time must wake it (poke), a later one need not.
+	sleepUntil mono
+	idle       time.Duration // how long the loop sleeps with nothing to do
+
+	wake   chan struct{}
+	ctx    context.Context // cancelled by stop: ends the loop and any batch in flight
+	cancel context.CancelFunc
+	exited chan struct{}
+}
+
+// lockHeap orders locks by due time.
+type lockHeap []*Lock

@@ -35,3 +35,10 @@ func (m mono) Before(o mono) bool       { return m < o }
 func (m mono) After(o mono) bool        { return m > o }
 func (m mono) IsZero() bool             { return m == 0 }
 func (m mono) Sub(o mono) time.Duration { return time.Duration(m - o) }
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}

@@ -423,7 +423,7 @@ func (m *Manager) groupResult(a *groupAttempt, cmd *redis.Cmd, start, sentAt tim
 		return nil, ErrNotAcquired
 	}
 	if !m.sched.add(l) {
-		m.sched.releaseNow(l)
+		l.releaseNow()
 		return nil, ErrClosed
 	}
 	return l, nil

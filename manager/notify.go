@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/shardlock/shardlock/internal/transport"
 	"github.com/shardlock/shardlock/sharding"
 )
 
@@ -43,7 +44,13 @@ import (
 // re-check every fairRecheck, and they look at once when it is subscribed
 // again.
 type notifier struct {
-	m *Manager
+	tr    *transport.Transport
+	log   *zap.Logger
+	owner string
+	// The local queues' hooks: a waiter whose turn it is looks at once
+	// (lookNow), a hand-over was announced (announced).
+	lookNow   func(key string)
+	announced func(key, payload string)
 
 	// ctx bounds the subscription goroutines; close cancels it.
 	ctx    context.Context
@@ -135,11 +142,14 @@ const (
 	resubscribePause  = 10 * time.Millisecond
 )
 
-func newNotifier(m *Manager) *notifier {
+// newNotifier returns a notifier that subscribes through tr, for the
+// hand-over channels of owner, and tells the local queues what it hears
+// through lookNow and announced.
+func newNotifier(tr *transport.Transport, log *zap.Logger, owner string, lookNow func(key string), announced func(key, payload string)) *notifier {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &notifier{m: m, ctx: ctx, cancel: cancel, nodes: map[string]*nodeSub{}, chans: map[string]*chanWaiters{},
+	return &notifier{tr: tr, log: log, owner: owner, lookNow: lookNow, announced: announced, ctx: ctx, cancel: cancel, nodes: map[string]*nodeSub{}, chans: map[string]*chanWaiters{},
 		subs: map[string]*subscribing{}, healthCheck: pubsubHealthCheck,
-		handoverSuffix: sharding.HandoverChannel("", m.cfg.owner)}
+		handoverSuffix: sharding.HandoverChannel("", owner)}
 }
 
 // channels are the two channels a queued waiter of the lock at key watches:
@@ -148,7 +158,7 @@ func newNotifier(m *Manager) *notifier {
 // release that hands the lock to one of its waiters (or to one of the two
 // waiters queued before its own) announces it.
 func (n *notifier) channels(key string) [2]string {
-	return [2]string{sharding.ChannelName(key), sharding.HandoverChannel(key, n.m.cfg.owner)}
+	return [2]string{sharding.ChannelName(key), sharding.HandoverChannel(key, n.owner)}
 }
 
 // keyOf returns the lock key whose channel (or this Manager's hand-over
@@ -289,7 +299,7 @@ func (n *notifier) subscribe(key, ch string, sub *subscribing, why again) {
 	reload := watched && sub.dropped && n.droppedLocked(ch, ns)
 	n.mu.Unlock()
 	if reload {
-		n.m.tr.Reload(n.ctx)
+		n.tr.Reload(n.ctx)
 	}
 	if ns != nil && !watched {
 		n.unsubscribe(ns, ch) // nobody watches it any more
@@ -297,7 +307,7 @@ func (n *notifier) subscribe(key, ch string, sub *subscribing, why again) {
 	if watched && why.old != nil {
 		// Subscribed again: what was announced meanwhile went unheard.
 		n.wakeFree(ch)
-		n.m.queues.lookNow(key)
+		n.lookNow(key)
 	}
 	if old := why.old; ns != nil && old != nil && old != ns {
 		// Or go-redis sends it to old's node again on a new connection.
@@ -354,26 +364,26 @@ func (n *notifier) trySubscribe(key, ch string, sub *subscribing, sent func(), a
 	// failed ends an attempt that subscribed nothing.
 	failed := func(err error) *nodeSub {
 		if err != nil {
-			n.m.log.Debug("subscribe failed; waiting by polling", zap.String("event", "subscribe_failed"), zap.Error(err))
+			n.log.Debug("subscribe failed; waiting by polling", zap.String("event", "subscribe_failed"), zap.Error(err))
 		}
 		n.mu.Lock()
 		sub.on = nil
 		n.mu.Unlock()
 		return nil
 	}
-	node, err := n.m.tr.MasterFor(ctx, key)
+	node, err := n.tr.MasterFor(ctx, key)
 	var ns *nodeSub
 	if err == nil && node != nil {
 		ns = n.nodeSub(node, sub)
 	}
 	if ns == nil || ns == avoid {
 		if ns != nil {
-			n.m.tr.Reload(ctx)
+			n.tr.Reload(ctx)
 		}
 		return failed(err)
 	}
 	var confirmed chan struct{}
-	if n.m.tr.Cluster() != nil {
+	if n.tr.Cluster() != nil {
 		confirmed = make(chan struct{})
 		n.mu.Lock()
 		sub.confirm = confirmed
@@ -397,7 +407,7 @@ func (n *notifier) trySubscribe(key, ch string, sub *subscribing, sent func(), a
 		n.mu.Unlock()
 		if err != nil {
 			n.unsubscribe(ns, ch)
-			n.m.tr.Reload(ctx)
+			n.tr.Reload(ctx)
 		}
 	}
 	if err != nil {
@@ -634,9 +644,9 @@ func (n *notifier) deliver(ns *nodeSub, msg any) {
 	case *redis.Message:
 		if v.Payload == freePayload {
 			n.wakeFree(v.Channel)
-			n.m.queues.lookNow(n.keyOf(v.Channel))
+			n.lookNow(n.keyOf(v.Channel))
 		} else {
-			n.m.queues.announced(n.keyOf(v.Channel), v.Payload)
+			n.announced(n.keyOf(v.Channel), v.Payload)
 		}
 		return
 	case *redis.Subscription:
@@ -660,7 +670,7 @@ func (n *notifier) deliver(ns *nodeSub, msg any) {
 	resubscribe := n.droppedLocked(ch, ns)
 	n.mu.Unlock()
 	if resubscribe {
-		n.m.tr.Reload(n.ctx)
+		n.tr.Reload(n.ctx)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -358,108 +357,4 @@ func (f acquireOptionFunc) applyAcquire(c *acquireConfig) { f(c) }
 // (see WithClassFunc, which names it when no WithClass is given).
 func WithClass(name string) AcquireOption {
 	return acquireOptionFunc(func(c *acquireConfig) { c.class = name })
-}
-
-// defaultAcquireConfig is the acquire configuration without options, made
-// (and validated) once by New.
-func (m *Manager) defaultAcquireConfig() acquireConfig {
-	ac := acquireConfig{
-		ttl: m.cfg.ttl, wait: m.cfg.wait, retry: m.cfg.retry, retrySet: m.cfg.retrySet, fencing: m.cfg.fencing,
-		maxHold: m.cfg.maxHold, watchdog: m.cfg.watchdog, interval: m.cfg.renewInterval,
-		ttlMs: strconv.FormatInt(m.cfg.ttl.Milliseconds(), 10),
-	}
-	if ac.interval == 0 {
-		ac.interval = ac.ttl / 3
-	}
-	return ac
-}
-
-// lockKey checks resource and returns its lock key.
-func (m *Manager) lockKey(resource string) (string, error) {
-	if len(resource) > MaxResourceLen {
-		return "", resourceTooLong(resource)
-	}
-	key, err := sharding.LockKey(m.cfg.prefix, resource)
-	if err != nil {
-		return "", invalid("resource", "%q: %v", resource, err)
-	}
-	return key, nil
-}
-
-// lockKeys returns the lock keys of resources, checked as lockKey checks
-// one, in two allocations however many there are (see sharding.LockKeys).
-func (m *Manager) lockKeys(resources []string) ([]string, error) {
-	for _, r := range resources {
-		if len(r) > MaxResourceLen {
-			return nil, resourceTooLong(r)
-		}
-	}
-	keys, err := sharding.LockKeys(m.cfg.prefix, resources)
-	if err != nil {
-		for _, r := range resources {
-			if _, err := m.lockKey(r); err != nil {
-				return nil, err // the error a lock on r alone gets
-			}
-		}
-		return nil, invalid("resource", "%v", err)
-	}
-	return keys, nil
-}
-
-func resourceTooLong(resource string) error {
-	return invalid("resource", "%d bytes, more than %d", len(resource), MaxResourceLen)
-}
-
-// acquireConfig returns resource's lock key and acquireOptions(opts).
-func (m *Manager) acquireConfig(resource string, opts []AcquireOption) (acquireConfig, string, error) {
-	key, err := m.lockKey(resource)
-	if err != nil {
-		return acquireConfig{}, "", err
-	}
-	ac, err := m.acquireOptions(opts)
-	return ac, key, err
-}
-
-// acquireOptions returns the manager's acquire defaults with opts applied,
-// checked.
-func (m *Manager) acquireOptions(opts []AcquireOption) (acquireConfig, error) {
-	if len(opts) == 0 {
-		return m.defaultAC, nil // validated by New
-	}
-	// Options apply to a heap copy (they are interfaces), so the common call
-	// without options allocates nothing here.
-	p := new(acquireConfig)
-	*p = m.defaultAC
-	p.interval = m.cfg.renewInterval // 0 (TTL/3) is resolved after the options
-	for _, o := range opts {
-		if o != nil {
-			o.applyAcquire(p)
-		}
-	}
-	ac := *p
-	if err := checkTTL(ac.ttl); err != nil {
-		return ac, err
-	}
-	if err := checkWait(ac.wait); err != nil {
-		return ac, err
-	}
-	if err := checkRetry(ac.retry); err != nil {
-		return ac, err
-	}
-	if ac.maxHold < 0 {
-		return ac, invalid("max hold", "%v is negative", ac.maxHold)
-	}
-	if err := checkRenew(ac.interval, ac.ttl); err != nil {
-		return ac, err
-	}
-	if ac.interval == 0 {
-		ac.interval = ac.ttl / 3
-	}
-	if ac.ttl != m.cfg.ttl {
-		ac.ttlMs = strconv.FormatInt(ac.ttl.Milliseconds(), 10)
-	}
-	if m.cfg.replicas > 0 && m.cfg.replicaTimeout >= ac.ttl {
-		return ac, invalid("ttl", "%v must exceed the replica ack timeout %v", ac.ttl, m.cfg.replicaTimeout)
-	}
-	return ac, nil
 }

@@ -19,7 +19,7 @@ import (
 // rw_release.lua for a read-write lock): a compare-and-delete that, when
 // waiters are queued (the key carries the queued mark), hands the key to
 // the first live one instead, or to this process's next local waiter
-// (fair.go). Transient errors are retried while the lock is valid; a
+// (queue.go). Transient errors are retried while the lock is valid; a
 // release that could not be confirmed goes on in the background (the
 // reaper) until the lock's TTL would end. Close and MultiLock release many
 // locks at once with releaseLocks, one pipeline per node. Both build each
@@ -177,25 +177,6 @@ func releaseResult(r int64, err error, ambiguous bool, sentAt, validUntil time.T
 		return ErrForceReleased // the caller reads who and why (forcedError)
 	}
 	return ErrNotHeld
-}
-
-// parseRelease reads release.lua's reply: a status, or {HandedToNext,
-// fence}.
-func parseRelease(res any, err error) (code int64, fence uint64, _ error) {
-	if err != nil {
-		return 0, 0, err
-	}
-	switch v := res.(type) {
-	case int64:
-		return v, 0, nil
-	case []any:
-		if len(v) == 2 {
-			c, _ := v[0].(int64)
-			f, _ := v[1].(int64)
-			return c, uint64(f), nil
-		}
-	}
-	return 0, 0, fmt.Errorf("shardlock: unexpected release reply %v", res)
 }
 
 // beginRelease claims the release of a held lock, once, and stops the
@@ -410,4 +391,53 @@ func (l *Lock) batchReleaseResult(res []int64, ambiguous bool, sentAt, validUnti
 		return nil
 	}
 	return be
+}
+
+// releaseNow releases a lock acquired after the watchdog stopped (Close).
+func (l *Lock) releaseNow() {
+	ctx, cancel := context.WithDeadline(context.Background(), l.validUntilNow())
+	defer cancel()
+	_ = l.Release(ctx)
+}
+
+// afterRelease settles a handover with the release script's outcome: code
+// as release.lua returns it, or ambiguous when the reply was lost.
+func (m *Manager) afterRelease(l *Lock, h handover, code int64, fence uint64, sentAt time.Time, ambiguous bool) {
+	if h.w == nil {
+		return
+	}
+	lq := &m.queues
+	lq.mu.Lock()
+	defer lq.mu.Unlock()
+	w := h.w
+	w.handing = false
+	switch {
+	case code == scripts.HandedToNext: // w holds the lock now
+		if h.local {
+			h.q.streak++
+		} else {
+			h.q.streak = 0
+		}
+		if w.took {
+			// The waiter's re-check found the lock handed to it first
+			// (its own token in the key): it holds the lock already.
+			return
+		}
+		if w.left {
+			// The waiter gave up meanwhile: the lock is nobody's.
+			m.reap(l.key, w.token, sentAt.Add(w.ttl))
+			return
+		}
+		w.send(grantMsg{fence: fence, validFrom: sentAt})
+	case code == scripts.HandedOver: // w is queued behind the waiter that got the lock
+		h.q.streak = 0
+	case ambiguous:
+		// w may or may not be queued (or hold the lock): its re-check
+		// finds out.
+	default: // the script did not run its hand-over: w must attempt
+		if w.entry == h.entry {
+			w.entry = ""
+		}
+		w.send(grantMsg{retry: true})
+	}
 }

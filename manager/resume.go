@@ -2,7 +2,6 @@ package manager
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -10,11 +9,6 @@ import (
 	"github.com/shardlock/shardlock/internal/scripts"
 	"go.uber.org/zap"
 )
-
-// ErrForgotten is what a Lock answers after Forget: its manager no longer
-// renews or releases it (another process took it over with Resume). It is
-// also the cause of the Lock's Context.
-var ErrForgotten = errors.New("shardlock: lock handed on (forgotten)")
 
 // Resume takes over a held lock by its token, handed on by another process
 // (a job accepted by one process and finished by another): it checks that
@@ -105,28 +99,6 @@ func (l *Lock) Forget() error {
 	l.m.queues.holderGone(l)
 	return nil
 }
-
-// ErrForceReleased: an operator removed the lock with ForceRelease. It is
-// in the "no longer held" family (it matches ErrLockLost); a
-// *ForcedReleaseError says who forced it and why.
-var ErrForceReleased error = &noLongerHeld{"shardlock: lock force-released"}
-
-// ForcedReleaseError is what the evicted holder of a force-released lock
-// learns: who forced it (the forcing manager's owner id) and why. It
-// matches ErrForceReleased and ErrLockLost.
-type ForcedReleaseError struct {
-	By, Reason string
-}
-
-func (e *ForcedReleaseError) Error() string {
-	if e.By == "" && e.Reason == "" {
-		return ErrForceReleased.Error()
-	}
-	return fmt.Sprintf("shardlock: lock force-released by %s: %s", e.By, e.Reason)
-}
-
-// Unwrap returns ErrForceReleased.
-func (e *ForcedReleaseError) Unwrap() error { return ErrForceReleased }
 
 // MaxReasonLen bounds a ForceRelease reason, in bytes.
 const MaxReasonLen = 256

@@ -2,46 +2,80 @@ package manager
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
 	"github.com/shardlock/shardlock/internal/scripts"
 	"github.com/shardlock/shardlock/internal/transport"
 )
+
+// New returns a Manager on client: a *redis.Client (standalone, or
+// Sentinel failover with redis.NewFailoverClient) or a *redis.ClusterClient;
+// it rejects any other kind. Unless WithStartupCheck(false) is given it
+// checks that every master runs Redis 7.0 or later and loads the Lua
+// scripts on each, by ctx's deadline (DefaultStartup when ctx has none). A
+// server that is loading its data (LOADING) or a cluster that is down or
+// failing over (CLUSTERDOWN, TRYAGAIN, MASTERDOWN, READONLY) is waited out
+// until then.
+//
+// It returns an *InvalidArgumentError for a nil client or context, another
+// kind of client or contradicting options, a *ServerVersionError for a
+// server that is too old, and the Redis error (or ctx's, or both) when the
+// servers cannot be reached, or do not get ready, in time.
+func New(ctx context.Context, client redis.UniversalClient, opts ...Option) (*Manager, error) {
+	if ctx == nil {
+		return nil, invalid("context", "nil")
+	}
+	if isNil(client) { // nil, or a nil pointer of any client type
+		return nil, invalid("client", "nil")
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		if o != nil {
+			o.apply(&cfg)
+		}
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	tr, err := transport.New(client, transport.Config{Coalesce: cfg.autoPipeline == nil || *cfg.autoPipeline, Flushers: processFlushers})
+	if err != nil {
+		return nil, invalid("client", "%v", err)
+	}
+	m := &Manager{tr: tr, client: client, cmd: tr.Cmd(), renew: client, cfg: cfg, log: cfg.logger, closing: make(chan struct{})}
+	m.defaultAC = m.defaultAcquireConfig()
+	m.mx = cfg.metrics
+	if cfg.renewClient != nil {
+		m.renew = cfg.renewClient
+	}
+	if cfg.startupCheck {
+		cctx, cancel := ctx, context.CancelFunc(func() {})
+		if _, ok := ctx.Deadline(); !ok {
+			cctx, cancel = context.WithTimeout(ctx, DefaultStartup)
+		}
+		err := m.startupCheck(cctx)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("shardlock: startup check: %w", err)
+		}
+	}
+	m.queues = localQueues{queues: map[string]*localQueue{}, max: cfg.maxWaiters}
+	if cfg.notifications {
+		m.notify = newNotifier(m.tr, m.log, cfg.owner, m.queues.lookNow, m.queues.announced)
+	}
+	m.sched = newScheduler(m.log, m.defaultAC.interval)
+	go m.runWatchdog()
+	m.unregister = m.mx.AddHeldSource(m.sched.eachHeld)
+	return m, nil
+}
 
 // minServer is the oldest Redis shardlock supports: SET ... NX GET needs
 // 6.2, and 7.0 is the oldest release still maintained that has sharded
 // pub/sub and the cluster behaviour we test against.
 const minServer = "7.0.0"
-
-// formatMs is a duration as a script's argument in milliseconds.
-func formatMs(d time.Duration) string { return strconv.FormatInt(d.Milliseconds(), 10) }
-
-// luaFlag is a script's boolean argument: "1" or "0".
-func luaFlag(on bool) string {
-	if on {
-		return "1"
-	}
-	return "0"
-}
-
-// Script arguments boxed once: a string put into an interface anew costs
-// an allocation on every call.
-var (
-	luaTrue  any = "1"
-	luaFalse any = "0"
-)
-
-// luaArg is luaFlag(on) as a script argument.
-func luaArg(on bool) any {
-	if on {
-		return luaTrue
-	}
-	return luaFalse
-}
 
 // startupCheck checks that every master is new enough and preloads the
 // scripts on every master. A reply that says "not now" (a server loading

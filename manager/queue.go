@@ -1,18 +1,11 @@
 package manager
 
 import (
-	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/shardlock/shardlock/internal/scripts"
-	"github.com/shardlock/shardlock/internal/transport"
-	"github.com/shardlock/shardlock/sharding"
 )
 
 // The fair queue.
@@ -53,66 +46,6 @@ import (
 // its own next waiter while other processes may be queued for it.
 const maxLocalHandoffs = 3
 
-// fairRecheck is the shortest re-check interval of a queued waiter.
-const fairRecheck = 100 * time.Millisecond
-
-// fairWaiter is the waiter whose turn it is in a local queue, as far as the
-// fair queue in Redis is concerned. Guarded by localQueues.mu.
-type fairWaiter struct {
-	token    string
-	digest   string // sha1 hex of token, as release.lua announces it
-	ttl      time.Duration
-	fencing  bool
-	mode     rwMode    // a read-write lock's reader or writer, else rwNone
-	deadline time.Time // the waiter gives up by then; its entry is dead after
-	entry    string    // its entry in Redis's queue once queued (or being queued), else ""
-	regAt    time.Time // send time of the first write that queued entry
-	left     bool      // gave up or acquired otherwise
-	// expires: when the key may be free with nobody handing it over: the
-	// end of a lease handed to another process's waiter, or of the TTL a
-	// re-check read; zero when unknown.
-	expires time.Time
-	took    bool // acquired: by a hand-over, or by finding its own token (a re-check)
-	heard   bool // a hand-over to it was announced
-	// handing: a release of this process's holder is queueing w or handing
-	// it the lock (nextForRelease); w makes no attempt of its own until
-	// afterRelease settles it, or w's entry would be queued twice.
-	handing bool
-	// transferred: a lock handed to w by transfer and not yet taken up; a
-	// waiter that gives up instead has it released (giveUp).
-	transferred *transfer
-	ch          chan grantMsg
-	// rearm wakes the waiter's sleep to take a new expires into account
-	// (a hand-over announced to another waiter: look when its lease ends)
-	// when that comes before wakeAt, the time its sleep was set for.
-	rearm  chan struct{}
-	wakeAt time.Time
-}
-
-// grantMsg tells a fair waiter that it holds the lock (retry false), or that
-// it must attempt on its own (retry true: nobody queued it after all).
-type grantMsg struct {
-	fence     uint64
-	validFrom time.Time
-	retry     bool
-	claimed   bool      // handed over from Redis's queue, on the claim lease
-	transfer  *transfer // handed over in this process, without a round trip
-}
-
-// transfer is a lock handed to this process's next waiter without a round
-// trip (localQueues.transfer): the key keeps the releasing lock's token and
-// TTL, which the new holder takes over.
-type transfer struct {
-	key        string
-	token      string
-	tokenArg   any
-	validUntil mono
-}
-
-// expiryLag is how long after a key's expected expiry a waiter looks: the
-// key is gone from the server by then.
-const expiryLag = 2 * time.Millisecond
-
 // recheckAt returns when w is to look at the key again because it may have
 // expired with nobody handing it over (zero: no such time), taking that time
 // off w once it has come, so that it makes one look for it.
@@ -120,17 +53,6 @@ func (lq *localQueues) recheckAt(w *fairWaiter) time.Time {
 	lq.mu.Lock()
 	defer lq.mu.Unlock()
 	return w.recheckAtLocked()
-}
-
-func (w *fairWaiter) recheckAtLocked() time.Time {
-	if w.expires.IsZero() {
-		return time.Time{}
-	}
-	at := w.expires.Add(expiryLag)
-	if !time.Now().Before(at) {
-		w.expires = time.Time{}
-	}
-	return at
 }
 
 // sleepUntil returns when w, whose own next look is at lookAt, is to wake:
@@ -146,47 +68,6 @@ func (lq *localQueues) sleepUntil(w *fairWaiter, lookAt time.Time) time.Time {
 	}
 	w.wakeAt = wake
 	return wake
-}
-
-func newFairWaiter(token string, ac *acquireConfig, deadline time.Time, mode rwMode) *fairWaiter {
-	sum := sha1.Sum([]byte(token))
-	return &fairWaiter{token: token, digest: hex.EncodeToString(sum[:]), ttl: ac.ttl,
-		fencing: ac.fencing, mode: mode, deadline: deadline, ch: make(chan grantMsg, 1), rearm: make(chan struct{}, 1)}
-}
-
-// makeEntry formats w's queue entry (see handover.lua; a reader's, of a
-// read-write lock, says "r" in place of the fencing flag: see rw.lua).
-func (w *fairWaiter) makeEntry() string {
-	kind := luaFlag(w.fencing)
-	if w.mode == rwRead {
-		kind = "r"
-	}
-	return strconv.FormatInt(w.deadline.UnixMilli(), 10) + ":" + strconv.FormatInt(w.ttl.Milliseconds(), 10) + ":" + kind + ":" + w.token
-}
-
-// send delivers g without blocking (the channel holds one message; a newer
-// grant replaces nothing: the first one stands).
-func (w *fairWaiter) send(g grantMsg) {
-	select {
-	case w.ch <- g:
-	default:
-	}
-}
-
-// localQueues makes the waiters of one resource in this process queue up,
-// so that only one of them at a time contends in Redis.
-type localQueues struct {
-	mu     sync.Mutex
-	queues map[string]*localQueue
-	max    int          // waiters per resource at most; 0: no limit
-	active atomic.Int64 // len(queues), read without the lock by busy
-
-	// Keys this process saw contended lately (its release handed one to a
-	// queued waiter): a waiting Acquire of one goes straight to the queue
-	// script, which takes a free key too, instead of trying SET NX first.
-	hmu    sync.Mutex
-	hints  map[string]time.Time // when it was seen contended
-	nhints atomic.Int64         // len(hints), read without the lock
 }
 
 // Contention hints last hintFor and are kept for at most maxHints keys.
@@ -220,16 +101,6 @@ func (lq *localQueues) contended(key string) bool {
 		ok = false
 	}
 	return ok
-}
-
-type localQueue struct {
-	turn    chan struct{} // holds the token while no waiter contends
-	members int
-
-	// The fair queue, under localQueues.mu.
-	head   *fairWaiter // the waiter whose turn it is, in fair mode
-	holder *Lock       // a lock on the key that a waiter of this queue took, while held
-	streak int         // hand-overs in a row to this process's own waiters
 }
 
 // join enters the queue of key, or returns ErrTooManyWaiters.
@@ -293,17 +164,6 @@ func (lq *localQueues) markQueued(w *fairWaiter, sentAt time.Time) (entry string
 		return w.entry, true, false
 	}
 	return w.queueLocked(sentAt), false, false
-}
-
-// queueLocked gives w its entry, to be written by a command sent at sentAt:
-// the earliest time a hand-over to w can have happened (kept from the first
-// such write). localQueues.mu must be held.
-func (w *fairWaiter) queueLocked(sentAt time.Time) string {
-	w.entry = w.makeEntry()
-	if w.regAt.IsZero() {
-		w.regAt = sentAt
-	}
-	return w.entry
 }
 
 // acquired records that w's waiter took l: l is q's holder now.
@@ -414,48 +274,6 @@ func (lq *localQueues) transfer(l *Lock, h handover) bool {
 	return true
 }
 
-// afterRelease settles a handover with the release script's outcome: code
-// as release.lua returns it, or ambiguous when the reply was lost.
-func (m *Manager) afterRelease(l *Lock, h handover, code int64, fence uint64, sentAt time.Time, ambiguous bool) {
-	if h.w == nil {
-		return
-	}
-	lq := &m.queues
-	lq.mu.Lock()
-	defer lq.mu.Unlock()
-	w := h.w
-	w.handing = false
-	switch {
-	case code == scripts.HandedToNext: // w holds the lock now
-		if h.local {
-			h.q.streak++
-		} else {
-			h.q.streak = 0
-		}
-		if w.took {
-			// The waiter's re-check found the lock handed to it first
-			// (its own token in the key): it holds the lock already.
-			return
-		}
-		if w.left {
-			// The waiter gave up meanwhile: the lock is nobody's.
-			m.reap(l.key, w.token, sentAt.Add(w.ttl))
-			return
-		}
-		w.send(grantMsg{fence: fence, validFrom: sentAt})
-	case code == scripts.HandedOver: // w is queued behind the waiter that got the lock
-		h.q.streak = 0
-	case ambiguous:
-		// w may or may not be queued (or hold the lock): its re-check
-		// finds out.
-	default: // the script did not run its hand-over: w must attempt
-		if w.entry == h.entry {
-			w.entry = ""
-		}
-		w.send(grantMsg{retry: true})
-	}
-}
-
 // holderGone forgets l as the holder of its key's local queue (it was
 // released or lost); a head that waited for l's release to queue it
 // attempts on its own.
@@ -521,121 +339,3 @@ func (lq *localQueues) lookNow(key string) {
 		q.head.send(grantMsg{retry: true})
 	}
 }
-
-// attemptQueued runs acquire_queue.lua for w: take the key if free, else
-// queue w's entry (or, on a re-check, make sure it is queued).
-func (m *Manager) attemptQueued(ctx context.Context, key string, w *fairWaiter, ac *acquireConfig) (status int, fence uint64, err error) {
-	entry, recheck, skip := m.queues.markQueued(w, time.Now())
-	if skip {
-		return attemptContended, 0, nil // a local release is handing w the lock: wait for it
-	}
-	keys := []string{key, sharding.QueueKey(key)}
-	if ac.fencing {
-		keys = append(keys, sharding.FenceKey(key))
-	}
-	res, err := scripts.AcquireQueue.Run(transport.WithTryAgainFallback(ctx), m.cmd, keys,
-		w.token, ac.ttlMs, luaArg(ac.fencing), entry, luaArg(recheck)).Slice()
-	status, fence, err = parseFenced(res, err)
-	m.afterQueuedAttempt(key, w, entry, recheck, status, fence, err)
-	if transport.IsTryAgain(err) {
-		return m.attemptUnqueued(ctx, key, w, ac, recheck, entry)
-	}
-	if status == attemptContended {
-		fence = 0
-	}
-	return status, fence, err
-}
-
-// attemptUnqueued is a fair waiter's attempt while the lock's slot migrates
-// and the queue script's keys are not all on one node (Redis answers
-// TRYAGAIN to a script whose keys are partly missing from a migrating slot,
-// and the queue key is missing until someone queues). It runs
-// acquire_batch.lua on the lock key alone (with the fence counter, when
-// fencing): the key is taken if free, or else the holder's token gets the
-// queued mark, so that its release announces the key free and wakes this
-// waiter (localQueues.freed). A waiter that takes the key this way takes its
-// entry out of the queue, if it was queued.
-func (m *Manager) attemptUnqueued(ctx context.Context, key string, w *fairWaiter, ac *acquireConfig, recheck bool, entry string) (status int, fence uint64, err error) {
-	status, fences, _, _, err := m.attemptBatch(ctx, &batchInfo{keys: []string{key}}, w.token, ac, true, true)
-	if err != nil || status == attemptContended {
-		return status, 0, err
-	}
-	if recheck {
-		_ = m.client.LRem(ctx, sharding.QueueKey(key), 1, entry).Err() // or it expires at its deadline
-	}
-	if len(fences) > 0 {
-		fence = fences[0]
-	}
-	return status, fence, nil
-}
-
-// afterQueuedAttempt records what a queue script's attempt for w at key
-// (with entry, a re-check or not) learned: on a re-check that found the
-// key held, its TTL (pttl, in ms), when w is to look again; on a failure
-// that queued nothing, that w's entry is not queued. A re-check that found
-// the lock handed to w with no announcement heard has the key's channel
-// subscribed again (notifier.missed): the subscription may be gone unseen.
-func (m *Manager) afterQueuedAttempt(key string, w *fairWaiter, entry string, recheck bool, status int, pttl uint64, err error) {
-	lq := &m.queues
-	if err == nil && recheck && status == attemptReplay && m.notify != nil {
-		lq.mu.Lock()
-		heard := w.heard
-		lq.mu.Unlock()
-		if !heard {
-			m.notify.missed(key)
-		}
-	}
-	if err == nil && status == attemptContended && recheck && pttl > 0 {
-		lq.mu.Lock()
-		w.expires = time.Now().Add(time.Duration(pttl) * time.Millisecond)
-		lq.mu.Unlock()
-	}
-	if err != nil && !transport.IsAmbiguous(err) && !recheck {
-		// Not queued: the next attempt queues it.
-		lq.mu.Lock()
-		if w.entry == entry {
-			w.entry = ""
-		}
-		lq.mu.Unlock()
-	}
-}
-
-// leaveQueued takes a waiter that gave up out of Redis's queue; if its entry
-// is not there (it may have been handed the lock already, or be about to
-// be), its token goes to the orphan reaper. It waits for that while ctx
-// lasts, for at most leaveWait (a round trip, unless Redis is in trouble),
-// and leaves the rest to the background: the caller is on its way out and
-// must not wait past its deadline.
-func (m *Manager) leaveQueued(ctx context.Context, key string, w *fairWaiter, entry string) {
-	leave := func(context.Context) error {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		var (
-			n   int64
-			err error
-		)
-		if w.mode == rwNone {
-			n, err = m.client.LRem(ctx, sharding.QueueKey(key), 1, entry).Result()
-		} else {
-			n, err = m.tr.RunScript(ctx, m.client, scripts.RWLeave, []string{key}, entry).Int64()
-		}
-		if err == nil && n == 1 {
-			return nil
-		}
-		until := time.Now()
-		if w.deadline.After(until) {
-			until = w.deadline
-		}
-		m.reapMode(key, w.token, w.mode, until.Add(w.ttl))
-		return nil
-	}
-	if ctx.Err() != nil {
-		m.tr.Go(func() { _ = leave(nil) })
-		return
-	}
-	_ = m.tr.Bounded(ctx, time.Now().Add(leaveWait), leave, nil)
-}
-
-// leaveWait bounds how long a waiter that gave up waits for its queue
-// entry's removal.
-const leaveWait = 50 * time.Millisecond

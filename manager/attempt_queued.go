@@ -1,0 +1,128 @@
+package manager
+
+import (
+	"context"
+	"time"
+
+	"github.com/shardlock/shardlock/internal/scripts"
+	"github.com/shardlock/shardlock/internal/transport"
+	"github.com/shardlock/shardlock/sharding"
+)
+
+// attemptQueued runs acquire_queue.lua for w: take the key if free, else
+// queue w's entry (or, on a re-check, make sure it is queued).
+func (m *Manager) attemptQueued(ctx context.Context, key string, w *fairWaiter, ac *acquireConfig) (status int, fence uint64, err error) {
+	entry, recheck, skip := m.queues.markQueued(w, time.Now())
+	if skip {
+		return attemptContended, 0, nil // a local release is handing w the lock: wait for it
+	}
+	keys := []string{key, sharding.QueueKey(key)}
+	if ac.fencing {
+		keys = append(keys, sharding.FenceKey(key))
+	}
+	res, err := scripts.AcquireQueue.Run(transport.WithTryAgainFallback(ctx), m.cmd, keys,
+		w.token, ac.ttlMs, luaArg(ac.fencing), entry, luaArg(recheck)).Slice()
+	status, fence, err = parseFenced(res, err)
+	m.afterQueuedAttempt(key, w, entry, recheck, status, fence, err)
+	if transport.IsTryAgain(err) {
+		return m.attemptUnqueued(ctx, key, w, ac, recheck, entry)
+	}
+	if status == attemptContended {
+		fence = 0
+	}
+	return status, fence, err
+}
+
+// attemptUnqueued is a fair waiter's attempt while the lock's slot migrates
+// and the queue script's keys are not all on one node (Redis answers
+// TRYAGAIN to a script whose keys are partly missing from a migrating slot,
+// and the queue key is missing until someone queues). It runs
+// acquire_batch.lua on the lock key alone (with the fence counter, when
+// fencing): the key is taken if free, or else the holder's token gets the
+// queued mark, so that its release announces the key free and wakes this
+// waiter (localQueues.freed). A waiter that takes the key this way takes its
+// entry out of the queue, if it was queued.
+func (m *Manager) attemptUnqueued(ctx context.Context, key string, w *fairWaiter, ac *acquireConfig, recheck bool, entry string) (status int, fence uint64, err error) {
+	status, fences, _, _, err := m.attemptBatch(ctx, &batchInfo{keys: []string{key}}, w.token, ac, true, true)
+	if err != nil || status == attemptContended {
+		return status, 0, err
+	}
+	if recheck {
+		_ = m.client.LRem(ctx, sharding.QueueKey(key), 1, entry).Err() // or it expires at its deadline
+	}
+	if len(fences) > 0 {
+		fence = fences[0]
+	}
+	return status, fence, nil
+}
+
+// afterQueuedAttempt records what a queue script's attempt for w at key
+// (with entry, a re-check or not) learned: on a re-check that found the
+// key held, its TTL (pttl, in ms), when w is to look again; on a failure
+// that queued nothing, that w's entry is not queued. A re-check that found
+// the lock handed to w with no announcement heard has the key's channel
+// subscribed again (notifier.missed): the subscription may be gone unseen.
+func (m *Manager) afterQueuedAttempt(key string, w *fairWaiter, entry string, recheck bool, status int, pttl uint64, err error) {
+	lq := &m.queues
+	if err == nil && recheck && status == attemptReplay && m.notify != nil {
+		lq.mu.Lock()
+		heard := w.heard
+		lq.mu.Unlock()
+		if !heard {
+			m.notify.missed(key)
+		}
+	}
+	if err == nil && status == attemptContended && recheck && pttl > 0 {
+		lq.mu.Lock()
+		w.expires = time.Now().Add(time.Duration(pttl) * time.Millisecond)
+		lq.mu.Unlock()
+	}
+	if err != nil && !transport.IsAmbiguous(err) && !recheck {
+		// Not queued: the next attempt queues it.
+		lq.mu.Lock()
+		if w.entry == entry {
+			w.entry = ""
+		}
+		lq.mu.Unlock()
+	}
+}
+
+// leaveQueued takes a waiter that gave up out of Redis's queue; if its entry
+// is not there (it may have been handed the lock already, or be about to
+// be), its token goes to the orphan reaper. It waits for that while ctx
+// lasts, for at most leaveWait (a round trip, unless Redis is in trouble),
+// and leaves the rest to the background: the caller is on its way out and
+// must not wait past its deadline.
+func (m *Manager) leaveQueued(ctx context.Context, key string, w *fairWaiter, entry string) {
+	leave := func(context.Context) error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		var (
+			n   int64
+			err error
+		)
+		if w.mode == rwNone {
+			n, err = m.client.LRem(ctx, sharding.QueueKey(key), 1, entry).Result()
+		} else {
+			n, err = m.tr.RunScript(ctx, m.client, scripts.RWLeave, []string{key}, entry).Int64()
+		}
+		if err == nil && n == 1 {
+			return nil
+		}
+		until := time.Now()
+		if w.deadline.After(until) {
+			until = w.deadline
+		}
+		m.reapMode(key, w.token, w.mode, until.Add(w.ttl))
+		return nil
+	}
+	if ctx.Err() != nil {
+		m.tr.Go(func() { _ = leave(nil) })
+		return
+	}
+	_ = m.tr.Bounded(ctx, time.Now().Add(leaveWait), leave, nil)
+}
+
+// leaveWait bounds how long a waiter that gave up waits for its queue
+// entry's removal.
+const leaveWait = 50 * time.Millisecond
