@@ -22,7 +22,7 @@ import (
 // after Close, a *ReplicaAckError under WithReplicaAck(…, ReplicaFail), or
 // the Redis error.
 func (m *Manager) TryAcquire(ctx context.Context, resource string, opts ...AcquireOption) (*Lock, error) {
-	return m.acquire(ctx, resource, opts, rwNone, false)
+	return m.acquire(ctx, resource, opts, kindExclusive, false)
 }
 
 // Acquire takes the lock on resource, waiting while another owner holds it,
@@ -40,12 +40,12 @@ func (m *Manager) TryAcquire(ctx context.Context, resource string, opts ...Acqui
 // later is released as soon as it comes. With ctx already ended it sends
 // nothing.
 func (m *Manager) Acquire(ctx context.Context, resource string, opts ...AcquireOption) (*Lock, error) {
-	return m.acquire(ctx, resource, opts, rwNone, true)
+	return m.acquire(ctx, resource, opts, kindExclusive, true)
 }
 
-// acquire takes the lock on resource: an exclusive lock, or a read-write
-// lock's reader or writer (mode).
-func (m *Manager) acquire(ctx context.Context, resource string, opts []AcquireOption, mode rwMode, wait bool) (*Lock, error) {
+// acquire takes a lock of kind on resource: an exclusive lock, or a
+// read-write lock's reader or writer.
+func (m *Manager) acquire(ctx context.Context, resource string, opts []AcquireOption, kind lockKind, wait bool) (*Lock, error) {
 	if err := m.usable(); err != nil {
 		return nil, err
 	}
@@ -54,10 +54,10 @@ func (m *Manager) acquire(ctx context.Context, resource string, opts []AcquireOp
 		m.mx.Class(metrics.ClassDefault).AcquireFailed(0, metrics.ReasonInvalid)
 		return nil, err
 	}
-	if mode == rwRead {
-		ac.fencing = false // readers take no fence
+	if !kind.fenced() {
+		ac.fencing = false
 	}
-	return m.acquireMeasured(ctx, target{resource: resource, key: key, rw: mode}, &ac, wait)
+	return m.acquireMeasured(ctx, target{kind: kind, resource: resource, key: key}, &ac, wait)
 }
 
 // acquireMeasured resolves the metrics class of tg, runs the acquire loop
@@ -185,13 +185,13 @@ func (m *Manager) acquireLoop(ctx context.Context, tg target, ac *acquireConfig,
 		a.attemptDeadline = start.Add(ac.ttl)
 	}
 	notify := wait && m.notify != nil && m.cfg.replicas == 0
-	a.fair = notify && tg.batch == nil
-	a.batchWatch = notify && tg.batch != nil
+	a.fair = notify && tg.kind.queues()
+	a.batchWatch = notify && !tg.kind.queues()
 	// A waiting acquire does not barge in ahead of this process's queued
 	// waiters for the resource: it queues behind them. So does one of a
 	// key this process saw contended lately: the queue script takes the
 	// key if it is free, so a SET NX first would only cost a command.
-	a.queueFirst = wait && tg.batch == nil && (m.queues.busy(tg.key) || (a.fair && m.queues.contended(tg.key)))
+	a.queueFirst = wait && tg.kind.queues() && (m.queues.busy(tg.key) || (a.fair && m.queues.contended(tg.key)))
 	defer a.finish()
 	defer func() {
 		// A callback that panics (a retry strategy) must not strand an
@@ -282,7 +282,7 @@ func (a *acquirer) attemptN(n int) (res attemptResult, sendAt time.Time, err err
 // poll, so that readers do not take the lock from under it while it
 // sleeps. Zero for anything else.
 func (a *acquirer) writerHold() time.Duration {
-	if a.tg.rw != rwWrite || !a.wait || a.fair {
+	if !a.tg.kind.holdsReaders() || !a.wait || a.fair {
 		return 0
 	}
 	return min(max(2*a.ac.retry.NextBackoff(a.sent+1), 100*time.Millisecond), 2*time.Second)
@@ -334,8 +334,7 @@ func (a *acquirer) take(res attemptResult, sendAt time.Time) (_ *Lock, _ error, 
 		// that finds its token sets the key's TTL anew.)
 		validFrom = a.firstAmbiguous
 	}
-	l := m.newLock(tg.resource, tg.key, a.token, a.tokenArg, res.fence, a.start, validFrom, a.ac)
-	l.rw = tg.rw
+	l := m.newLock(tg.kind, tg.resource, tg.key, a.token, a.tokenArg, res.fence, a.start, validFrom, a.ac)
 	if res.claimed {
 		l.onClaim(validFrom)
 	}
@@ -344,7 +343,7 @@ func (a *acquirer) take(res attemptResult, sendAt time.Time) (_ *Lock, _ error, 
 	}
 	l.replicas = res.replicas
 	if tg.batch != nil {
-		l.multi = &batchInfo{resources: tg.batch.resources, keys: tg.batch.keys, fences: res.fences}
+		l.batch = &batchInfo{resources: tg.batch.resources, keys: tg.batch.keys, fences: res.fences}
 		if len(res.fences) > 0 {
 			l.fence = res.fences[0]
 		}
@@ -366,16 +365,16 @@ func (a *acquirer) take(res attemptResult, sendAt time.Time) (_ *Lock, _ error, 
 		if a.fw != nil {
 			// Queue again, with the new token.
 			a.leaveRedisQueue()
-			a.fw = newFairWaiter(a.token, a.ac, a.waitUntil, a.tg.rw)
+			a.fw = newFairWaiter(a.token, a.ac, a.waitUntil, a.tg.kind.queueMark(a.ac.fencing))
 			m.queues.setHead(a.queue, a.fw)
 		}
 		return nil, nil, true
 	}
 	if a.queue != nil {
 		holder := l
-		if tg.rw != rwNone {
+		if !tg.kind.handsOver() {
 			// A read-write lock's release hands nothing to this process's
-			// next waiter directly: readers share it (see rwlock.go).
+			// next waiter directly: readers share it (see kind_rw.go).
 			holder = nil
 		}
 		m.queues.acquired(a.queue, a.fw, holder)
@@ -405,7 +404,7 @@ func (a *acquirer) between(res attemptResult) (*Lock, error, bool) {
 		a.waiting = true
 		a.ac.cls.Waiting(1)
 	}
-	if a.tg.batch == nil && a.queue == nil {
+	if a.tg.kind.queues() && a.queue == nil {
 		// The next attempt comes at this waiter's turn in the queue,
 		// without a wait of the strategy's: the strategy still says
 		// whether there is one.
@@ -494,7 +493,7 @@ func (a *acquirer) queueUp(notAcquired error) error {
 		return a.fail(notAcquired)
 	}
 	if a.fair {
-		a.fw = newFairWaiter(a.token, a.ac, a.waitUntil, a.tg.rw)
+		a.fw = newFairWaiter(a.token, a.ac, a.waitUntil, a.tg.kind.queueMark(a.ac.fencing))
 		// With a lock taken through this queue held, its release queues
 		// us (or hands us the lock): no attempt now.
 		a.skipOnce = m.queues.setHead(q, a.fw)
@@ -599,12 +598,12 @@ func (a *acquirer) orphanAmbiguous() {
 func (a *acquirer) leaveRedisQueue() {
 	entry, transferred := a.m.queues.giveUp(a.queue, a.fw)
 	if entry != "" {
-		a.m.leaveQueued(a.ctx, a.tg.key, a.fw, entry)
+		a.m.leaveQueued(a.ctx, a.tg.kind, a.tg.key, a.fw, entry)
 	}
 	if transferred != nil {
 		// Handed over in this process as this waiter gave up: nobody
 		// holds the key.
-		a.m.reap(transferred.key, transferred.token, transferred.validUntil.Time())
+		a.m.reap(transferred.key, transferred.token, a.tg.kind.perKey(), transferred.validUntil.Time())
 	}
 }
 
@@ -653,3 +652,34 @@ func resetTimer(t **time.Timer, d time.Duration) {
 	}
 	(*t).Reset(d)
 }
+
+// leaveQueued takes a waiter that gave up out of Redis's queue; if its entry
+// is not there (it may have been handed the lock already, or be about to
+// be), its token goes to the orphan reaper. It waits for that while ctx
+// lasts, for at most leaveWait (a round trip, unless Redis is in trouble),
+// and leaves the rest to the background: the caller is on its way out and
+// must not wait past its deadline.
+func (m *Manager) leaveQueued(ctx context.Context, kind lockKind, key string, w *fairWaiter, entry string) {
+	leave := func(context.Context) error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if left, err := kind.leave(m, ctx, key, entry); err == nil && left {
+			return nil
+		}
+		until := time.Now()
+		if w.deadline.After(until) {
+			until = w.deadline
+		}
+		m.reap(key, w.token, kind.perKey(), until.Add(w.ttl))
+		return nil
+	}
+	if ctx.Err() != nil {
+		m.tr.Go(func() { _ = leave(nil) })
+		return
+	}
+	_ = m.tr.Bounded(ctx, time.Now().Add(leaveWait), leave, nil)
+}
+
+// leaveWait bounds how long a waiter that gave up waits for its queue
+// entry's removal.
+const leaveWait = 50 * time.Millisecond

@@ -55,16 +55,6 @@ func (m *Manager) attemptSettled(ctx context.Context, a *attemptArgs) (attemptRe
 }
 
 // attemptOnce makes the attempt a describes.
-func (m *Manager) attemptOnce(ctx context.Context, a *attemptArgs) (res attemptResult, err error) {
-	switch {
-	case a.tg.rw != rwNone:
-		res.status, res.fence, res.replicas, err = m.attemptRW(ctx, a)
-	case a.fw != nil:
-		res.status, res.fence, err = m.attemptQueued(ctx, a.tg.key, a.fw, a.ac)
-	case a.tg.batch == nil:
-		res.status, res.fence, res.replicas, err = m.attempt(ctx, a.tg.key, a.token, a.tokenArg, a.ac, a.firstTry, a.queueNext)
-	default:
-		res.status, res.fences, res.held, res.replicas, err = m.attemptBatch(ctx, a.tg.batch, a.tokenArg, a.ac, a.first, a.mark)
-	}
-	return res, err
+func (m *Manager) attemptOnce(ctx context.Context, a *attemptArgs) (attemptResult, error) {
+	return a.tg.kind.attempt(m, ctx, a)
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/shardlock/shardlock/sharding"
 )
 
-// attempt makes one acquire attempt: one round trip, or two for a contended
+// attemptSingle makes one acquire attempt of an exclusive lock: one round trip, or two for a contended
 // first try that must tell a replay apart.
 //
 // A first try (firstTry) sends SET NX PX, whose "OK" is the uncontended
@@ -19,7 +19,8 @@ import (
 // that ran may answer nil. Unless the caller queues next (queueNext: the
 // queue script tells a replay apart), a GET finds out. Later tries send
 // SET NX PX GET, which answers both in one reply.
-func (m *Manager) attempt(ctx context.Context, key, token string, tokenArg any, ac *acquireConfig, firstTry, queueNext bool) (status int, fence uint64, replicas int, err error) {
+func (m *Manager) attemptSingle(ctx context.Context, a *attemptArgs) (status int, fence uint64, replicas int, err error) {
+	key, token, tokenArg, ac, firstTry, queueNext := a.tg.key, a.token, a.tokenArg, a.ac, a.firstTry, a.queueNext
 	ttlMs := ac.ttlMs
 	if m.cfg.replicas > 0 {
 		return m.attemptWait(ctx, key, token, ttlMs, ac)

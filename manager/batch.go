@@ -51,7 +51,7 @@ func (m *Manager) acquireBatch(ctx context.Context, resources []string, opts []A
 		return nil, &CrossSlotError{Slots: slots}
 	}
 	b := &batchInfo{resources: append([]string(nil), resources...), keys: keys}
-	return m.acquireMeasured(ctx, target{resource: resources[0], key: keys[0], batch: b}, &ac, wait)
+	return m.acquireMeasured(ctx, target{kind: kindBatch, resource: resources[0], key: keys[0], batch: b}, &ac, wait)
 }
 
 // oneSlot reports whether keys share a cluster slot. Keys with the same
@@ -118,8 +118,8 @@ func (l *Lock) Resources() []string {
 	if l == nil {
 		return nil
 	}
-	if l.multi != nil {
-		return append([]string(nil), l.multi.resources...)
+	if l.batch != nil {
+		return append([]string(nil), l.batch.resources...)
 	}
 	return []string{l.resource}
 }
@@ -138,8 +138,8 @@ func (l *Lock) Fences() []uint64 {
 	if l == nil || l.fence == 0 {
 		return nil
 	}
-	if l.multi != nil {
-		return append([]uint64(nil), l.multi.fences...)
+	if l.batch != nil {
+		return append([]uint64(nil), l.batch.fences...)
 	}
 	return []uint64{l.fence}
 }

@@ -157,13 +157,13 @@ func TestOrphanAfterStopJoinsClose(t *testing.T) {
 	m, _ := newMiniManager(t)
 	m.sched.stop() // as Close does first
 	deadline := time.Now().Add(time.Minute)
-	if !m.sched.addOrphan("shardlock:{k}", "tok", rwNone, deadline) {
+	if !m.sched.addOrphan("shardlock:{k}", "tok", kindExclusive, deadline) {
 		t.Fatal("a token handed over after the watchdog stopped, before Close took the list, was refused")
 	}
 	if _, orphans := m.sched.take(); len(orphans) != 1 || orphans[0].token != "tok" {
 		t.Fatalf("Close took %v, want the token handed over after stop", orphans)
 	}
-	if m.sched.addOrphan("shardlock:{k}", "tok2", rwNone, deadline) {
+	if m.sched.addOrphan("shardlock:{k}", "tok2", kindExclusive, deadline) {
 		t.Fatal("a token handed over after Close took the list was accepted: nothing would release it")
 	}
 }

@@ -46,7 +46,7 @@ func TestParseSetNXGetReplayWithMark(t *testing.T) {
 
 func TestQueueEntry(t *testing.T) {
 	ac := &acquireConfig{ttl: 1500 * time.Millisecond, fencing: true}
-	w := newFairWaiter("sl1.1.abc.owner:with:colons", ac, time.UnixMilli(1700000000123), rwNone)
+	w := newFairWaiter("sl1.1.abc.owner:with:colons", ac, time.UnixMilli(1700000000123), kindExclusive.queueMark(ac.fencing))
 	if got, want := w.makeEntry(), "1700000000123:1500:1:sl1.1.abc.owner:with:colons"; got != want {
 		t.Fatalf("entry %q, want %q", got, want)
 	}
@@ -67,7 +67,7 @@ func TestLateHandoverReplyKeepsWaitersLock(t *testing.T) {
 	// The release ran on the server: the key is w's. w's re-check saw its
 	// token and took the lock before the release's reply came.
 	mr.Set(holder.key, w.token+sharding.QueuedMark)
-	wl := m.newLock("r", holder.key, w.token, w.token, 0, time.Now(), time.Now(), &ac)
+	wl := m.newLock(kindExclusive, "r", holder.key, w.token, w.token, 0, time.Now(), time.Now(), &ac)
 	m.queues.acquired(q, w, wl)
 	// No reaper runs: a reaped token would be released at once, here.
 	m.sched.stop()
@@ -138,7 +138,7 @@ func localWaiter(t *testing.T) (*miniredis.Miniredis, *Manager, *Lock, *localQue
 	}
 	t.Cleanup(func() { m.queues.leave(holder.key, q) })
 	ac := m.defaultAC
-	w := newFairWaiter(newToken("w", time.Now()), &ac, time.Now().Add(time.Minute), rwNone)
+	w := newFairWaiter(newToken("w", time.Now()), &ac, time.Now().Add(time.Minute), kindExclusive.queueMark(ac.fencing))
 	m.queues.setHead(q, w)
 	return mr, m, holder, q, w
 }
@@ -335,7 +335,7 @@ func TestLateTransferOnClaimIsTakenUp(t *testing.T) {
 	g := <-w.ch
 	g.validFrom = g.validFrom.Add(-time.Second) // taken up a second late
 	ac := m.defaultAC
-	a := &acquirer{m: m, ctx: context.Background(), tg: target{resource: "r", key: holder.key}, ac: &ac, wait: true,
+	a := &acquirer{m: m, ctx: context.Background(), tg: target{kind: kindExclusive, resource: "r", key: holder.key}, ac: &ac, wait: true,
 		fair: true, fw: w, queue: q, granted: &g, start: time.Now(), token: w.token, tokenArg: w.token,
 		attemptDeadline: time.Now().Add(time.Second)}
 	res, _, err := a.attemptN(2)

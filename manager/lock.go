@@ -10,7 +10,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/shardlock/shardlock/internal/scripts"
 	"github.com/shardlock/shardlock/internal/transport"
 	"github.com/shardlock/shardlock/metrics"
@@ -33,9 +32,9 @@ func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecon
 
 // newLock makes the Lock of a successful acquire. tokenArg is token boxed
 // as an interface (shared with the acquire's command, so it is boxed once).
-func (m *Manager) newLock(resource, key, token string, tokenArg any, fence uint64, acquiredAt, validFrom time.Time, ac *acquireConfig) *Lock {
+func (m *Manager) newLock(kind lockKind, resource, key, token string, tokenArg any, fence uint64, acquiredAt, validFrom time.Time, ac *acquireConfig) *Lock {
 	l := &Lock{
-		m: m, resource: resource, key: key, token: token, fence: fence, acquiredAt: acquiredAt,
+		m: m, kind: kind, resource: resource, key: key, token: token, fence: fence, acquiredAt: acquiredAt,
 		keys: [1]string{key}, args: [1]any{tokenArg}, cls: ac.cls,
 		ttl: ac.ttl, validUntil: monoOf(validFrom).Add(ac.ttl - drift(ac.ttl)), watchdog: ac.watchdog,
 		rn: renewState{interval: ac.interval, fixedInterval: m.cfg.renewInterval > 0,
@@ -360,7 +359,8 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 			}, nil)
 			r, replicas = out.r, out.replicas
 		} else {
-			r, err = m.tr.RunScript(ctx, m.cmd, l.extendScript(), l.scriptKeys(), l.token, ttlMs).Int64()
+			c := l.kind.extendCall(l.scriptKeys(), l.args[0], ttlMs)
+			r, err = m.tr.RunScript(ctx, m.cmd, c.Script, c.Keys, c.Args...).Int64()
 		}
 		return err
 	})
@@ -395,7 +395,8 @@ type extendOut struct {
 
 // extendWait runs the extend script and WAIT in one pipeline on the owning master.
 func (m *Manager) extendWait(ctx context.Context, l *Lock, ttlMs string) (int64, int, error) {
-	ext, wait, err := m.evalWithWait(ctx, l.key, l.extendScript(), l.scriptKeys(), l.token, ttlMs)
+	c := l.kind.extendCall(l.scriptKeys(), l.args[0], ttlMs)
+	ext, wait, err := m.evalWithWait(ctx, l.key, c.Script, c.Keys, c.Args...)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -451,11 +452,8 @@ func (l *Lock) TTL(ctx context.Context) (time.Duration, error) {
 	if err != nil {
 		return 0, err
 	}
-	_, _, script := l.rw.scripts()
-	if l.multi != nil {
-		script = scripts.PTTLBatch
-	}
-	res, err := l.m.tr.RunScript(ctx, l.m.cmd, script, l.scriptKeys(), l.token).Int64Slice()
+	c := l.kind.pttlCall(l.scriptKeys(), l.args[:])
+	res, err := l.m.tr.RunScript(ctx, l.m.cmd, c.Script, c.Keys, c.Args...).Int64Slice()
 	if err == nil && len(res) != 2 {
 		err = fmt.Errorf("unexpected reply %v", res)
 	}
@@ -497,19 +495,10 @@ func (l *Lock) lostTo(cause error) error {
 	return ErrReleased
 }
 
-// extendScript is the script that extends l: extend.lua, or its batch form.
-func (l *Lock) extendScript() *redis.Script {
-	if l.multi != nil {
-		return scripts.ExtendBatch
-	}
-	_, extend, _ := l.rw.scripts()
-	return extend
-}
-
 // scriptKeys are the keys l's scripts take: its key, or a batch's keys.
 func (l *Lock) scriptKeys() []string {
-	if l.multi != nil {
-		return l.multi.keys
+	if l.batch != nil {
+		return l.batch.keys
 	}
 	return l.keys[:]
 }

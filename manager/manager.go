@@ -92,8 +92,8 @@ type Lock struct {
 	keys       [1]string      // {key}, for script calls without allocating a slice
 	args       [1]any         // {token}, boxed once, likewise
 	cls        *metrics.Class // nil without metrics
-	multi      *batchInfo     // nil unless a batch lock
-	rw         rwMode         // a read-write lock's reader or writer, else rwNone
+	kind       lockKind       // what the lock's calls are (kind.go)
+	batch      *batchInfo     // a batch lock's resources, keys and fences; nil for one resource
 
 	mu sync.Mutex
 	// sig is made on first use of Context or Done: most holders never ask.
@@ -153,7 +153,7 @@ type localQueue struct {
 // would have run out anyway).
 type orphan struct {
 	key, token string
-	mode       rwMode // the lock's kind: it says which release script frees it
+	kind       lockKind // the kind of one key of the lock: it says how to release it
 	deadline   time.Time
 	next       time.Time
 	tries      int

@@ -385,7 +385,7 @@ type groupAttempt struct {
 // to the reaper.
 func (a *groupAttempt) orphan(m *Manager, deadline time.Time) {
 	for _, k := range a.b.keys {
-		m.reap(k, a.token, deadline)
+		m.reap(k, a.token, kindBatch.perKey(), deadline)
 	}
 }
 
@@ -412,8 +412,8 @@ func (m *Manager) groupResult(a *groupAttempt, cmd *redis.Cmd, start, sentAt tim
 	case status == attemptContended:
 		return nil, a.b.heldError(held)
 	}
-	l := m.newLock(a.b.resources[0], a.b.keys[0], a.token, a.token, 0, start, sentAt, &a.ac)
-	l.multi = &batchInfo{resources: a.b.resources, keys: a.b.keys, fences: fences}
+	l := m.newLock(kindBatch, a.b.resources[0], a.b.keys[0], a.token, a.token, 0, start, sentAt, &a.ac)
+	l.batch = &batchInfo{resources: a.b.resources, keys: a.b.keys, fences: fences}
 	if len(fences) > 0 {
 		l.fence = fences[0]
 	}

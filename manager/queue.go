@@ -241,7 +241,7 @@ const maxTransferAge = 10 * time.Second
 // false, changing nothing, when the lock is not to be transferred.
 func (lq *localQueues) transfer(l *Lock, h handover) bool {
 	w := h.w
-	if w == nil || !h.local || l.fence != 0 || w.fencing || w.ttl != l.ttl || l.multi != nil || l.rw != rwNone || w.mode != rwNone {
+	if w == nil || !h.local || l.fence != 0 || w.fencing || w.ttl != l.ttl || !l.kind.handsOver() {
 		return false
 	}
 	l.mu.Lock()

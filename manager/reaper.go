@@ -11,30 +11,22 @@ import (
 
 // orphan hands a token that may hold the target's keys to the reaper.
 func (m *Manager) orphan(tg target, token string, deadline time.Time) {
-	if tg.batch == nil {
-		m.reapMode(tg.key, token, tg.rw, deadline)
-		return
-	}
-	for _, k := range tg.batch.keys {
-		m.reap(k, token, deadline)
+	kind := tg.kind.perKey()
+	for _, k := range tg.keys() {
+		m.reap(k, token, kind, deadline)
 	}
 }
 
-// reap hands a token that may hold key, until deadline, to the watchdog's
-// reaper; after Close, when no reaper runs, it releases it once now
-// (bounded by a second), best effort.
-func (m *Manager) reap(key, token string, deadline time.Time) {
-	m.reapMode(key, token, rwNone, deadline)
-}
-
-// reapMode is reap for a lock of mode mo.
-func (m *Manager) reapMode(key, token string, mo rwMode, deadline time.Time) {
-	if m.sched.addOrphan(key, token, mo, deadline) {
+// reap hands a token that may hold key (a key of kind), until deadline,
+// to the watchdog's reaper; after Close, when no reaper runs, it releases
+// it once now (bounded by a second), best effort.
+func (m *Manager) reap(key, token string, kind lockKind, deadline time.Time) {
+	if m.sched.addOrphan(key, token, kind, deadline) {
 		return
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), minTime(deadline, time.Now().Add(time.Second)))
 	defer cancel()
-	c := orphan{key: key, token: token, mode: mo}.releaseCall()
+	c := orphan{key: key, token: token, kind: kind}.releaseCall()
 	_ = m.tr.RunScript(ctx, m.client, c.Script, c.Keys, c.Args...).Err()
 }
 
@@ -43,8 +35,7 @@ const maxOrphans = 10000
 
 // releaseCall is the script call that releases o.
 func (o orphan) releaseCall() transport.ScriptCall {
-	release, _, _ := o.mode.scripts()
-	return transport.ScriptCall{Script: release, Keys: []string{o.key}, Args: []any{o.token}}
+	return o.kind.releaseCall([]string{o.key}, []any{o.token}, "", false)
 }
 
 // addOrphan hands a token that may hold key, until deadline, to the
@@ -53,7 +44,7 @@ func (o orphan) releaseCall() transport.ScriptCall {
 // whose attempt is still on its way, and Close releases the list only once
 // that has had its reply. It returns false once Close has taken the list,
 // and nothing would run it again.
-func (s *scheduler) addOrphan(key, token string, mode rwMode, deadline time.Time) bool {
+func (s *scheduler) addOrphan(key, token string, kind lockKind, deadline time.Time) bool {
 	if !time.Now().Before(deadline) {
 		return true // nothing left to release
 	}
@@ -66,7 +57,7 @@ func (s *scheduler) addOrphan(key, token string, mode rwMode, deadline time.Time
 		s.log.Warn("too many orphaned lock tokens; dropping the oldest", zap.String("event", "orphan_dropped"))
 		s.orphans = s.orphans[1:]
 	}
-	s.orphans = append(s.orphans, orphan{key: key, token: token, mode: mode, deadline: deadline, next: time.Now()})
+	s.orphans = append(s.orphans, orphan{key: key, token: token, kind: kind, deadline: deadline, next: time.Now()})
 	s.poke()
 	return true
 }

@@ -117,7 +117,7 @@ func (m *Manager) releaseLocks(ctx context.Context, locks []*Lock, orphans []orp
 		failed++
 		if l := it.lock; l != nil {
 			for _, k := range l.scriptKeys() {
-				m.sched.addOrphan(k, l.token, l.rw, l.validUntilNow())
+				m.sched.addOrphan(k, l.token, l.kind.perKey(), l.validUntilNow())
 			}
 			l.finishRelease(fmt.Errorf("shardlock: release: %w", err))
 		}
@@ -152,31 +152,6 @@ func (it *releaseItem) settle(cmd *redis.Cmd, sentAt time.Time) {
 		result = fmt.Errorf("shardlock: release: %w", err)
 	}
 	l.finishRelease(result)
-}
-
-// releaseResult turns a release script reply into Release's error.
-// ambiguous says an earlier try of the same release may have run: then a
-// key found gone before the lock's validity ran out was deleted by us.
-//
-// r is release.lua's code: 1, 2 and 3 released (deleted or handed over), 0
-// gone, -1 held by another token, -2 taken by a forced release. After a
-// lost reply, while the lock was valid, a key found gone or held by another
-// token was released (or handed over) by the earlier try.
-func releaseResult(r int64, err error, ambiguous bool, sentAt, validUntil time.Time) error {
-	if err != nil {
-		return fmt.Errorf("shardlock: release: %w", err)
-	}
-	switch {
-	case r == scripts.Done || r == scripts.HandedOver || r == scripts.HandedToNext:
-		return nil
-	case ambiguous && sentAt.Before(validUntil):
-		return nil
-	case r == scripts.Gone:
-		return ErrExpired
-	case r == scripts.Forced:
-		return ErrForceReleased // the caller reads who and why (forcedError)
-	}
-	return ErrNotHeld
 }
 
 // beginRelease claims the release of a held lock, once, and stops the
@@ -247,7 +222,7 @@ func (l *Lock) Release(ctx context.Context) error {
 			r.result = fmt.Errorf("shardlock: release: %w", err)
 		}
 		for _, k := range l.scriptKeys() {
-			m.sched.addOrphan(k, l.token, l.rw, validUntil)
+			m.sched.addOrphan(k, l.token, l.kind.perKey(), validUntil)
 		}
 	}
 	if r.result == ErrForceReleased {
@@ -306,9 +281,9 @@ func (r *releaseTry) once(ctx context.Context) error {
 	l, m := r.l, r.l.m
 	var sentAt time.Time // read only when needed
 	switch {
-	case l.multi != nil || l.rw != rwNone:
-		// A batch or read-write lock hands nothing to this process's next
-		// waiter directly (see rwlock.go).
+	case !l.kind.handsOver():
+		// A batch or a read-write lock hands nothing to this process's
+		// next waiter directly (see kind_rw.go).
 		sentAt = time.Now()
 	case !r.handed:
 		// This process's next waiter for the key, if any, is queued (or
@@ -337,60 +312,19 @@ func (r *releaseTry) once(ctx context.Context) error {
 	return nil
 }
 
-// releaseCall is the script call that releases l: release.lua (carrying
-// h's entry when this process's next waiter is to be queued or handed the
-// lock), release_batch.lua for a batch, rw_release.lua for a read-write
+// releaseCall is the call that releases l (its kind's), carrying h's
+// entry when this process's next waiter is to be queued or handed the
 // lock. Lock.Release and releaseLocks both release through it.
 func (l *Lock) releaseCall(h handover) transport.ScriptCall {
-	switch {
-	case l.multi != nil:
-		return transport.ScriptCall{Script: scripts.ReleaseBatch, Keys: l.multi.keys, Args: l.args[:]}
-	case h.w != nil:
-		return transport.ScriptCall{Script: scripts.Release, Keys: l.keys[:], Args: []any{l.args[0], h.entry, luaArg(h.local)}}
-	}
-	release, _, _ := l.rw.scripts()
-	return transport.ScriptCall{Script: release, Keys: l.keys[:], Args: l.args[:]}
+	return l.kind.releaseCall(l.scriptKeys(), l.args[:], h.entry, h.local)
 }
 
 // releaseOutcome reads the reply of l's release call, cmd (sent at sentAt;
-// ambiguous: an earlier try's reply was lost), as the release's result; it
-// also returns release.lua's code and a hand-over's fence (0 for a batch),
-// or the Redis error, for the caller to retry or report.
+// ambiguous: an earlier try's reply was lost), as the release's result;
+// it also returns release.lua's code and a hand-over's fence, or the Redis
+// error, for the caller to retry or report.
 func (l *Lock) releaseOutcome(cmd *redis.Cmd, ambiguous bool, sentAt, validUntil time.Time) (result error, code int64, fence uint64, err error) {
-	if l.multi != nil {
-		res, err := cmd.Int64Slice()
-		if err != nil {
-			return nil, 0, 0, err
-		}
-		return l.batchReleaseResult(res, ambiguous, sentAt, validUntil), 0, 0, nil
-	}
-	code, fence, err = parseRelease(cmd.Result())
-	if err != nil {
-		return nil, 0, 0, err
-	}
-	return releaseResult(code, nil, ambiguous, sentAt, validUntil), code, fence, nil
-}
-
-// batchReleaseResult turns release_batch.lua's reply (sent at sentAt) into
-// nil or a *BatchReleaseError.
-func (l *Lock) batchReleaseResult(res []int64, ambiguous bool, sentAt, validUntil time.Time) error {
-	var be *BatchReleaseError
-	for i, r := range res {
-		e := releaseResult(r, nil, ambiguous, sentAt, validUntil)
-		if e == nil {
-			continue
-		}
-		if be == nil {
-			be = &BatchReleaseError{Results: map[string]error{}}
-		}
-		if i < len(l.multi.resources) {
-			be.Results[l.multi.resources[i]] = e
-		}
-	}
-	if be == nil {
-		return nil
-	}
-	return be
+	return l.kind.releaseResult(l, cmd, ambiguous, sentAt, validUntil)
 }
 
 // releaseNow releases a lock acquired after the watchdog stopped (Close).
@@ -425,7 +359,7 @@ func (m *Manager) afterRelease(l *Lock, h handover, code int64, fence uint64, se
 		}
 		if w.left {
 			// The waiter gave up meanwhile: the lock is nobody's.
-			m.reap(l.key, w.token, sentAt.Add(w.ttl))
+			m.reap(l.key, w.token, l.kind.perKey(), sentAt.Add(w.ttl))
 			return
 		}
 		w.send(grantMsg{fence: fence, validFrom: sentAt})

@@ -3,6 +3,7 @@ package manager
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/shardlock/shardlock/internal/scripts"
@@ -104,4 +105,29 @@ func parseRelease(res any, err error) (code int64, fence uint64, _ error) {
 		}
 	}
 	return 0, 0, fmt.Errorf("shardlock: unexpected release reply %v", res)
+}
+
+// releaseResult turns a release script reply into Release's error.
+// ambiguous says an earlier try of the same release may have run: then a
+// key found gone before the lock's validity ran out was deleted by us.
+//
+// r is release.lua's code: 1, 2 and 3 released (deleted or handed over), 0
+// gone, -1 held by another token, -2 taken by a forced release. After a
+// lost reply, while the lock was valid, a key found gone or held by another
+// token was released (or handed over) by the earlier try.
+func releaseResult(r int64, err error, ambiguous bool, sentAt, validUntil time.Time) error {
+	if err != nil {
+		return fmt.Errorf("shardlock: release: %w", err)
+	}
+	switch {
+	case r == scripts.Done || r == scripts.HandedOver || r == scripts.HandedToNext:
+		return nil
+	case ambiguous && sentAt.Before(validUntil):
+		return nil
+	case r == scripts.Gone:
+		return ErrExpired
+	case r == scripts.Forced:
+		return ErrForceReleased // the caller reads who and why (forcedError)
+	}
+	return ErrNotHeld
 }

@@ -62,7 +62,7 @@ func (m *Manager) Resume(ctx context.Context, resource, token string, opts ...Ac
 	case scripts.NotOurs:
 		return nil, ErrNotHeld
 	}
-	l := m.newLock(resource, key, token, token, uint64(res[1]), info.AcquiredAt, sentAt, &ac)
+	l := m.newLock(kindExclusive, resource, key, token, token, uint64(res[1]), info.AcquiredAt, sentAt, &ac)
 	if !monoNow().Before(l.validUntil) {
 		return nil, ErrExpired // the reply came after the TTL it set would have run out
 	}

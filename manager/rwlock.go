@@ -32,26 +32,26 @@ import (
 // waiting while a writer holds it or waits for it, as Acquire waits. Its
 // errors are Acquire's.
 func (m *Manager) AcquireRead(ctx context.Context, resource string, opts ...AcquireOption) (*Lock, error) {
-	return m.acquire(ctx, resource, opts, rwRead, true)
+	return m.acquire(ctx, resource, opts, kindReader, true)
 }
 
 // TryAcquireRead makes one attempt at a reader's share of the read-write
 // lock on resource: it returns ErrNotAcquired when a writer holds the lock
 // or waits for it. Its other errors are TryAcquire's.
 func (m *Manager) TryAcquireRead(ctx context.Context, resource string, opts ...AcquireOption) (*Lock, error) {
-	return m.acquire(ctx, resource, opts, rwRead, false)
+	return m.acquire(ctx, resource, opts, kindReader, false)
 }
 
 // AcquireWrite takes the read-write lock on resource as its writer,
 // waiting while readers or another writer hold it, as Acquire waits. Its
 // errors are Acquire's.
 func (m *Manager) AcquireWrite(ctx context.Context, resource string, opts ...AcquireOption) (*Lock, error) {
-	return m.acquire(ctx, resource, opts, rwWrite, true)
+	return m.acquire(ctx, resource, opts, kindWriter, true)
 }
 
 // TryAcquireWrite makes one attempt to take the read-write lock on
 // resource as its writer: it returns ErrNotAcquired while readers or
 // another writer hold it. Its other errors are TryAcquire's.
 func (m *Manager) TryAcquireWrite(ctx context.Context, resource string, opts ...AcquireOption) (*Lock, error) {
-	return m.acquire(ctx, resource, opts, rwWrite, false)
+	return m.acquire(ctx, resource, opts, kindWriter, false)
 }

@@ -72,7 +72,7 @@ func (m *Manager) acquireStripe(ctx context.Context, resource string, stripes in
 	if err != nil {
 		return nil, err
 	}
-	return m.acquire(ctx, names[0], opts, rwNone, wait)
+	return m.acquire(ctx, names[0], opts, kindExclusive, wait)
 }
 
 // AcquireAny takes any free one of permits locks on resource, an N-holder

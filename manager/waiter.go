@@ -17,7 +17,7 @@ type fairWaiter struct {
 	digest   string // sha1 hex of token, as release.lua announces it
 	ttl      time.Duration
 	fencing  bool
-	mode     rwMode    // a read-write lock's reader or writer, else rwNone
+	mark     string    // its entry's kind field (lockKind.queueMark)
 	deadline time.Time // the waiter gives up by then; its entry is dead after
 	entry    string    // its entry in Redis's queue once queued (or being queued), else ""
 	regAt    time.Time // send time of the first write that queued entry
@@ -78,20 +78,18 @@ func (w *fairWaiter) recheckAtLocked() time.Time {
 	return at
 }
 
-func newFairWaiter(token string, ac *acquireConfig, deadline time.Time, mode rwMode) *fairWaiter {
+// newFairWaiter returns the fair waiter of token; mark is its entry's kind
+// field (lockKind.queueMark).
+func newFairWaiter(token string, ac *acquireConfig, deadline time.Time, mark string) *fairWaiter {
 	sum := sha1.Sum([]byte(token))
 	return &fairWaiter{token: token, digest: hex.EncodeToString(sum[:]), ttl: ac.ttl,
-		fencing: ac.fencing, mode: mode, deadline: deadline, ch: make(chan grantMsg, 1), rearm: make(chan struct{}, 1)}
+		fencing: ac.fencing, mark: mark, deadline: deadline, ch: make(chan grantMsg, 1), rearm: make(chan struct{}, 1)}
 }
 
 // makeEntry formats w's queue entry (see handover.lua; a reader's, of a
 // read-write lock, says "r" in place of the fencing flag: see rw.lua).
 func (w *fairWaiter) makeEntry() string {
-	kind := luaFlag(w.fencing)
-	if w.mode == rwRead {
-		kind = "r"
-	}
-	return strconv.FormatInt(w.deadline.UnixMilli(), 10) + ":" + strconv.FormatInt(w.ttl.Milliseconds(), 10) + ":" + kind + ":" + w.token
+	return strconv.FormatInt(w.deadline.UnixMilli(), 10) + ":" + strconv.FormatInt(w.ttl.Milliseconds(), 10) + ":" + w.mark + ":" + w.token
 }
 
 // send delivers g without blocking (the channel holds one message; a newer

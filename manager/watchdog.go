@@ -103,8 +103,7 @@ func (m *Manager) renewDue(nowTime time.Time, due []*Lock, orphans []orphan) {
 				deadline = l.validUntil.Time()
 			}
 			renewals = append(renewals, r)
-			calls = append(calls, transport.ScriptCall{Script: l.extendScript(), Keys: l.scriptKeys(),
-				Args: []any{l.token, strconv.FormatInt(r.ttl.Milliseconds(), 10)}})
+			calls = append(calls, l.kind.extendCall(l.scriptKeys(), l.args[0], strconv.FormatInt(r.ttl.Milliseconds(), 10)))
 		}
 		d, slack := l.nextDueLocked()
 		l.mu.Unlock()
