@@ -209,12 +209,12 @@ func (a *acquirer) run() (*Lock, error) {
 	for n := 1; ; n++ {
 		res, sendAt, err := a.attemptN(n)
 		if err != nil {
-			if l, err, done := a.failed(err, sendAt); done {
+			if l, done, err := a.failed(err, sendAt); done {
 				return l, err
 			}
 		} else {
 			if res.status != attemptContended {
-				l, err, again := a.take(res, sendAt)
+				l, again, err := a.take(res, sendAt)
 				if !again {
 					return l, err
 				}
@@ -222,7 +222,7 @@ func (a *acquirer) run() (*Lock, error) {
 			}
 			a.lastErr, a.answered = nil, true // Redis answered
 		}
-		if l, err, done := a.between(res); done {
+		if l, done, err := a.between(res); done {
 			return l, err
 		}
 	}
@@ -264,7 +264,7 @@ func (a *acquirer) attemptN(n int) (res attemptResult, sendAt time.Time, err err
 			a.sent++
 		}
 		a.woken = false
-		res, err = a.m.send(a.ctx, a.attemptDeadline, attemptArgs{
+		res, err = a.m.sendAttempt(a.ctx, a.attemptDeadline, attemptArgs{
 			tg: a.tg, token: a.token, tokenArg: a.tokenArg, ac: a.ac, fw: a.fw, sendAt: sendAt,
 			// The first attempt is a plain SET NX; a waiter that will
 			// queue next need not tell a replay apart (the queue script
@@ -290,17 +290,17 @@ func (a *acquirer) writerHold() time.Duration {
 
 // failed handles an attempt that failed with err: it ends the acquire
 // (done) or records a transient failure to wait out.
-func (a *acquirer) failed(err error, sendAt time.Time) (l *Lock, _ error, done bool) {
+func (a *acquirer) failed(err error, sendAt time.Time) (l *Lock, done bool, _ error) {
 	// A command that may have run, or a script that failed after a write
 	// (an error reply that is not a redirect or a "not now"), may hold the
-	// key: fail releases it. An abandoned attempt is settled by send when
+	// key: fail releases it. An abandoned attempt is settled by sendAttempt when
 	// its reply comes.
 	abandoned := transport.IsAbandoned(err)
 	if !abandoned && (transport.IsAmbiguous(err) || transport.RanWithError(err)) && a.firstAmbiguous.IsZero() {
 		a.firstAmbiguous = sendAt
 	}
 	if a.ctx.Err() != nil {
-		return nil, a.fail(errors.Join(ErrNotAcquired, a.ctx.Err())), true
+		return nil, true, a.fail(errors.Join(ErrNotAcquired, a.ctx.Err()))
 	}
 	if a.wait && (abandoned || !time.Now().Before(a.waitUntil)) {
 		// The wait limit passed during the attempt: say why the last
@@ -309,24 +309,24 @@ func (a *acquirer) failed(err error, sendAt time.Time) (l *Lock, _ error, done b
 		if a.answered && a.lastErr == nil {
 			// Redis answers, the lock is held: the wait limit merely cut
 			// the last look short.
-			return nil, a.fail(ErrNotAcquired), true
+			return nil, true, a.fail(ErrNotAcquired)
 		}
 		if cause := cmp.Or(a.lastErr, transport.AbandonedCause(err)); cause != nil {
-			return nil, a.fail(errors.Join(ErrNotAcquired, cause)), true
+			return nil, true, a.fail(errors.Join(ErrNotAcquired, cause))
 		}
-		return nil, a.fail(ErrNotAcquired), true
+		return nil, true, a.fail(ErrNotAcquired)
 	}
 	if !a.wait || !transport.IsTransient(err) {
-		return nil, a.fail(fmt.Errorf("shardlock: acquire %q: %w", a.tg.resource, err)), true
+		return nil, true, a.fail(fmt.Errorf("shardlock: acquire %q: %w", a.tg.resource, err))
 	}
 	a.m.tr.Reload(a.ctx)
 	a.transient, a.lastErr = true, err
-	return nil, nil, false
+	return nil, false, nil
 }
 
 // take makes the Lock of an attempt that took the key (sent at sendAt). It
 // asks for another attempt (again) when the reply came too late to use.
-func (a *acquirer) take(res attemptResult, sendAt time.Time) (_ *Lock, _ error, again bool) {
+func (a *acquirer) take(res attemptResult, sendAt time.Time) (_ *Lock, again bool, _ error) {
 	m, tg := a.m, a.tg
 	validFrom := sendAt
 	if res.status == attemptReplay && a.fw == nil && !a.firstAmbiguous.IsZero() {
@@ -350,7 +350,7 @@ func (a *acquirer) take(res attemptResult, sendAt time.Time) (_ *Lock, _ error, 
 	}
 	if m.cfg.replicas > 0 && res.replicas < m.cfg.replicas && m.cfg.replicaPolicy == ReplicaFail {
 		m.orphan(tg, a.token, l.validUntil.Time())
-		return nil, &ReplicaAckError{Want: m.cfg.replicas, Got: res.replicas}, false
+		return nil, false, &ReplicaAckError{Want: m.cfg.replicas, Got: res.replicas}
 	}
 	if !monoNow().Before(l.validUntil) {
 		// The reply came after the lock would have expired. The token
@@ -358,7 +358,7 @@ func (a *acquirer) take(res attemptResult, sendAt time.Time) (_ *Lock, _ error, 
 		// their own.
 		m.orphan(tg, a.token, l.validUntil.Time())
 		if !a.wait {
-			return nil, ErrNotAcquired, false
+			return nil, false, ErrNotAcquired
 		}
 		a.token, a.firstAmbiguous = newToken(m.cfg.owner, time.Now()), time.Time{}
 		a.tokenArg = a.token
@@ -368,7 +368,7 @@ func (a *acquirer) take(res attemptResult, sendAt time.Time) (_ *Lock, _ error, 
 			a.fw = newFairWaiter(a.token, a.ac, a.waitUntil, a.tg.kind.queueMark(a.ac.fencing))
 			m.queues.setHead(a.queue, a.fw)
 		}
-		return nil, nil, true
+		return nil, true, nil
 	}
 	if a.queue != nil {
 		holder := l
@@ -382,23 +382,23 @@ func (a *acquirer) take(res attemptResult, sendAt time.Time) (_ *Lock, _ error, 
 	}
 	if !m.sched.add(l) {
 		l.releaseNow()
-		return nil, ErrClosed, false
+		return nil, false, ErrClosed
 	}
 	if ce := m.log.Check(zap.DebugLevel, "lock acquired"); ce != nil {
 		ce.Write(m.fields(a.ctx, "acquired", l, zap.Duration("waited", time.Since(a.start)), zap.Int("attempts", a.sent))...)
 	}
-	return l, nil, false
+	return l, false, nil
 }
 
 // between decides, after an attempt that did not take the key (res), how
 // to go on: it ends the acquire (done) or waits for the next attempt.
-func (a *acquirer) between(res attemptResult) (*Lock, error, bool) {
+func (a *acquirer) between(res attemptResult) (_ *Lock, done bool, _ error) {
 	notAcquired := ErrNotAcquired
 	if len(res.held) > 0 {
 		notAcquired = a.tg.batch.heldError(res.held)
 	}
 	if !a.wait {
-		return nil, a.fail(notAcquired), true
+		return nil, true, a.fail(notAcquired)
 	}
 	if !a.waiting && a.ac.cls != nil {
 		a.waiting = true
@@ -409,12 +409,12 @@ func (a *acquirer) between(res attemptResult) (*Lock, error, bool) {
 		// without a wait of the strategy's: the strategy still says
 		// whether there is one.
 		if a.ac.retry.NextBackoff(a.sent) <= 0 {
-			return nil, a.stop(notAcquired), true
+			return nil, true, a.stop(notAcquired)
 		}
 		if err := a.queueUp(notAcquired); err != nil {
-			return nil, err, true
+			return nil, true, err
 		}
-		return nil, nil, false
+		return nil, false, nil
 	}
 	if a.batchWatch {
 		if added := a.watchBatch(res.held); added {
@@ -422,9 +422,9 @@ func (a *acquirer) between(res attemptResult) (*Lock, error, bool) {
 			// once, as it may have been freed before the subscription;
 			// the look is an attempt too.
 			if a.ac.retry.NextBackoff(a.sent) <= 0 {
-				return nil, a.stop(notAcquired), true
+				return nil, true, a.stop(notAcquired)
 			}
-			return nil, nil, false
+			return nil, false, nil
 		}
 		for _, k := range a.watched {
 			a.m.notify.refresh(k)
@@ -436,7 +436,7 @@ func (a *acquirer) between(res attemptResult) (*Lock, error, bool) {
 	// lock without one.
 	d, ok := nextWait(a.ac.retry, a.sent, a.waitUntil)
 	if !ok {
-		return nil, a.stop(notAcquired), true
+		return nil, true, a.stop(notAcquired)
 	}
 	if a.fw != nil && !a.ac.retrySet {
 		// Queued, the default strategy re-checks at most every
@@ -457,9 +457,9 @@ func (a *acquirer) between(res attemptResult) (*Lock, error, bool) {
 		d, a.transient = min(d, transientRetry), false
 	}
 	if err := a.sleep(d, notAcquired); err != nil {
-		return nil, err, true
+		return nil, true, err
 	}
-	return nil, nil, false
+	return nil, false, nil
 }
 
 // queueUp joins this process's queue for the resource and waits for this

@@ -15,10 +15,10 @@ import (
 // (acquire.go) and the primitives build on these; nothing here calls up
 // into them.
 
-// send makes one acquire attempt, bounded by ctx and deadline (see
+// sendAttempt makes one acquire attempt, bounded by ctx and deadline (see
 // bounded). An attempt whose caller stopped waiting is settled when its
 // reply comes: a token that may hold the keys goes to the reaper at once.
-func (m *Manager) send(ctx context.Context, deadline time.Time, a attemptArgs) (attemptResult, error) {
+func (m *Manager) sendAttempt(ctx context.Context, deadline time.Time, a attemptArgs) (attemptResult, error) {
 	if err := ctx.Err(); err != nil {
 		return attemptResult{}, err
 	}

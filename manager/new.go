@@ -41,7 +41,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts ...Option) (*Ma
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	tr, err := transport.New(client, transport.Config{Coalesce: cfg.autoPipeline == nil || *cfg.autoPipeline, Flushers: processFlushers})
+	tr, err := transport.New(client, transport.Config{Coalesce: cfg.coalescing == nil || *cfg.coalescing, Flushers: processFlushers})
 	if err != nil {
 		return nil, invalid("client", "%v", err)
 	}

@@ -61,7 +61,7 @@ type config struct {
 	replicas       int
 	replicaTimeout time.Duration
 	replicaPolicy  ReplicaPolicy
-	autoPipeline   *bool // coalescing; nil: on
+	coalescing     *bool // WithCoalescing; nil: on
 	startupCheck   bool
 	traceID        func(context.Context) string
 	metrics        *metrics.Metrics
@@ -203,7 +203,7 @@ func WithReplicaAck(n int, timeout time.Duration, policy ReplicaPolicy) Option {
 // go-redis's AutoPipeline() is never used: its pipelines re-send answered
 // commands after a connection error or a "not now" reply, which makes a
 // held lock look lost or a released lock look not held.
-func WithCoalescing(on bool) Option { return optionFunc(func(c *config) { c.autoPipeline = &on }) }
+func WithCoalescing(on bool) Option { return optionFunc(func(c *config) { c.coalescing = &on }) }
 
 // WithStartupCheck turns the checks New makes (server versions, script
 // preload) on or off. They are on by default.

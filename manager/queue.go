@@ -289,7 +289,7 @@ func (lq *localQueues) holderGone(l *Lock) {
 	}
 	q.holder = nil
 	if w := q.head; w != nil && w.entry == "" && !w.left {
-		w.send(grantMsg{retry: true})
+		w.grant(grantMsg{retry: true})
 	}
 }
 
@@ -322,7 +322,7 @@ func (lq *localQueues) announced(key, payload string) {
 	}
 	fence, _ := strconv.ParseUint(fenceStr, 10, 64)
 	q.head.heard = true
-	q.head.send(grantMsg{fence: fence, validFrom: q.head.regAt, claimed: true})
+	q.head.grant(grantMsg{fence: fence, validFrom: q.head.regAt, claimed: true})
 }
 
 // lookNow wakes the waiter whose turn it is for key to look at once,
@@ -336,6 +336,6 @@ func (lq *localQueues) lookNow(key string) {
 	lq.mu.Lock()
 	defer lq.mu.Unlock()
 	if q := lq.queues[key]; q != nil && q.head != nil && !q.head.left && !q.head.handing {
-		q.head.send(grantMsg{retry: true})
+		q.head.grant(grantMsg{retry: true})
 	}
 }

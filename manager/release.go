@@ -362,7 +362,7 @@ func (m *Manager) afterRelease(l *Lock, h handover, code int64, fence uint64, se
 			m.reap(l.key, w.token, l.kind.perKey(), sentAt.Add(w.ttl))
 			return
 		}
-		w.send(grantMsg{fence: fence, validFrom: sentAt})
+		w.grant(grantMsg{fence: fence, validFrom: sentAt})
 	case code == scripts.HandedOver: // w is queued behind the waiter that got the lock
 		h.q.streak = 0
 	case ambiguous:
@@ -372,6 +372,6 @@ func (m *Manager) afterRelease(l *Lock, h handover, code int64, fence uint64, se
 		if w.entry == h.entry {
 			w.entry = ""
 		}
-		w.send(grantMsg{retry: true})
+		w.grant(grantMsg{retry: true})
 	}
 }

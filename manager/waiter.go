@@ -92,9 +92,9 @@ func (w *fairWaiter) makeEntry() string {
 	return strconv.FormatInt(w.deadline.UnixMilli(), 10) + ":" + strconv.FormatInt(w.ttl.Milliseconds(), 10) + ":" + w.mark + ":" + w.token
 }
 
-// send delivers g without blocking (the channel holds one message; a newer
+// grant delivers g without blocking (the channel holds one message; a newer
 // grant replaces nothing: the first one stands).
-func (w *fairWaiter) send(g grantMsg) {
+func (w *fairWaiter) grant(g grantMsg) {
 	select {
 	case w.ch <- g:
 	default:

@@ -338,7 +338,7 @@ func (co *coalescer) flusher(l *lane) {
 		}
 		co.mu.Unlock()
 		if len(batch) > 0 {
-			co.send(l.node, batch)
+			co.sendBatch(l.node, batch)
 		}
 		last = len(batch)
 	}
@@ -356,10 +356,10 @@ func (co *coalescer) failQueueLocked(l *lane) {
 	l.queue = nil
 }
 
-// send sends batch to node as one pipeline (a lone command as itself) and
+// sendBatch sends batch to node as one pipeline (a lone command as itself) and
 // hands each caller its reply, or sends again the commands whose replies
 // say they did not run.
-func (co *coalescer) send(node *redis.Client, batch []*queued) {
+func (co *coalescer) sendBatch(node *redis.Client, batch []*queued) {
 	bg := context.Background() // a batch is not any one caller's
 	if len(batch) == 1 {
 		_ = node.Process(bg, &batch[0].once)
