@@ -56,5 +56,5 @@ func (m *Manager) attemptSettled(ctx context.Context, a *attemptArgs) (attemptRe
 
 // attemptOnce makes the attempt a describes.
 func (m *Manager) attemptOnce(ctx context.Context, a *attemptArgs) (attemptResult, error) {
-	return a.tg.kind.attempt(m, ctx, a)
+	return a.tg.kind.attempt(m, ctx, *a)
 }

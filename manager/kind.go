@@ -29,8 +29,9 @@ import (
 // carries its kind from then on.
 type lockKind interface {
 	// attempt makes one acquire attempt of a (a.fw set: a fair waiter's,
-	// its entry queued or re-checked).
-	attempt(m *Manager, ctx context.Context, a *attemptArgs) (attemptResult, error)
+	// its entry queued or re-checked). a comes by value: through an
+	// interface, a pointer would cost every attempt an allocation.
+	attempt(m *Manager, ctx context.Context, a attemptArgs) (attemptResult, error)
 	// queues reports whether a waiting acquire queues up, in this process
 	// (localQueues) and then in Redis's fair queue; one that does not
 	// watches the keys it found held (the batch watch).

@@ -18,7 +18,7 @@ var kindBatch lockKind = batchKind{}
 
 type batchKind struct{}
 
-func (batchKind) attempt(m *Manager, ctx context.Context, a *attemptArgs) (res attemptResult, err error) {
+func (batchKind) attempt(m *Manager, ctx context.Context, a attemptArgs) (res attemptResult, err error) {
 	res.status, res.fences, res.held, res.replicas, err = m.attemptBatch(ctx, a.tg.batch, a.tokenArg, a.ac, a.first, a.mark)
 	return res, err
 }

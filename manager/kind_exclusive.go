@@ -20,12 +20,12 @@ var kindExclusive lockKind = exclusiveKind{}
 
 type exclusiveKind struct{}
 
-func (exclusiveKind) attempt(m *Manager, ctx context.Context, a *attemptArgs) (res attemptResult, err error) {
+func (exclusiveKind) attempt(m *Manager, ctx context.Context, a attemptArgs) (res attemptResult, err error) {
 	if a.fw != nil {
 		res.status, res.fence, err = m.attemptQueued(ctx, a.tg.key, a.fw, a.ac)
 		return res, err
 	}
-	res.status, res.fence, res.replicas, err = m.attemptSingle(ctx, a)
+	res.status, res.fence, res.replicas, err = m.attemptSingle(ctx, &a)
 	return res, err
 }
 

@@ -31,8 +31,8 @@ func (k rwKind) arg() string {
 	return "r"
 }
 
-func (k rwKind) attempt(m *Manager, ctx context.Context, a *attemptArgs) (res attemptResult, err error) {
-	res.status, res.fence, res.replicas, err = m.attemptRW(ctx, k, a)
+func (k rwKind) attempt(m *Manager, ctx context.Context, a attemptArgs) (res attemptResult, err error) {
+	res.status, res.fence, res.replicas, err = m.attemptRW(ctx, k, &a)
 	return res, err
 }
 
