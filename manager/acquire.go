@@ -57,6 +57,9 @@ func (m *Manager) acquire(ctx context.Context, resource string, opts []AcquireOp
 	if !kind.fenced() {
 		ac.fencing = false
 	}
+	if kind == kindExclusive && !ac.fencing && m.conditional.Load() {
+		kind = kindExclusiveNative
+	}
 	return m.acquireMeasured(ctx, target{kind: kind, resource: resource, key: key}, &ac, wait)
 }
 

@@ -71,6 +71,14 @@ type lockKind interface {
 	extendCall(keys []string, token any, ttlMs string) transport.ScriptCall
 	// pttlCall reads the keys' TTL; its reply is {status, ms}.
 	pttlCall(keys []string, token []any) transport.ScriptCall
+
+	// release and extend make one release or extend of l on its own
+	// (Lock.Release, Lock.Extend), as releaseCall with releaseResult and
+	// extendCall do; a second protocol may send other commands here, with
+	// those calls as its fallback. The calls above are what goes into
+	// pipelines (the watchdog's renewals, Close's releases).
+	release(m *Manager, ctx context.Context, l *Lock, entry string, local, ambiguous bool, sentAt, validUntil time.Time) (result error, code int64, fence uint64, err error)
+	extend(m *Manager, ctx context.Context, l *Lock, ttlMs string) (status int64, err error)
 }
 
 // target is what an acquire locks: one resource, or a batch in one slot.

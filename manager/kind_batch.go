@@ -73,3 +73,11 @@ func (batchKind) extendCall(keys []string, token any, ttlMs string) transport.Sc
 func (batchKind) pttlCall(keys []string, token []any) transport.ScriptCall {
 	return transport.ScriptCall{Script: scripts.PTTLBatch, Keys: keys, Args: token}
 }
+
+func (k batchKind) release(m *Manager, ctx context.Context, l *Lock, entry string, local, ambiguous bool, sentAt, validUntil time.Time) (error, int64, uint64, error) {
+	return releaseBy(k, m, ctx, l, entry, local, ambiguous, sentAt, validUntil)
+}
+
+func (k batchKind) extend(m *Manager, ctx context.Context, l *Lock, ttlMs string) (int64, error) {
+	return extendBy(k, m, ctx, l, ttlMs)
+}

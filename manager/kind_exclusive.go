@@ -70,3 +70,11 @@ func oneKeyReleaseResult(cmd *redis.Cmd, ambiguous bool, sentAt, validUntil time
 	}
 	return releaseResult(code, nil, ambiguous, sentAt, validUntil), code, fence, nil
 }
+
+func (k exclusiveKind) release(m *Manager, ctx context.Context, l *Lock, entry string, local, ambiguous bool, sentAt, validUntil time.Time) (error, int64, uint64, error) {
+	return releaseBy(k, m, ctx, l, entry, local, ambiguous, sentAt, validUntil)
+}
+
+func (k exclusiveKind) extend(m *Manager, ctx context.Context, l *Lock, ttlMs string) (int64, error) {
+	return extendBy(k, m, ctx, l, ttlMs)
+}

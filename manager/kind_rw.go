@@ -111,3 +111,11 @@ func (m *Manager) attemptRW(ctx context.Context, k rwKind, a *attemptArgs) (stat
 	}
 	return status, fence, replicas, err
 }
+
+func (k rwKind) release(m *Manager, ctx context.Context, l *Lock, entry string, local, ambiguous bool, sentAt, validUntil time.Time) (error, int64, uint64, error) {
+	return releaseBy(k, m, ctx, l, entry, local, ambiguous, sentAt, validUntil)
+}
+
+func (k rwKind) extend(m *Manager, ctx context.Context, l *Lock, ttlMs string) (int64, error) {
+	return extendBy(k, m, ctx, l, ttlMs)
+}

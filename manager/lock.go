@@ -359,8 +359,7 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 			}, nil)
 			r, replicas = out.r, out.replicas
 		} else {
-			c := l.kind.extendCall(l.scriptKeys(), l.args[0], ttlMs)
-			r, err = m.tr.RunScript(ctx, m.cmd, c.Script, c.Keys, c.Args...).Int64()
+			r, err = l.kind.extend(m, ctx, l, ttlMs)
 		}
 		return err
 	})

@@ -31,14 +31,17 @@ type Manager struct {
 	sched  *scheduler
 	bg     sync.WaitGroup // Observe's goroutines: they end with m.closing, and Close waits for them
 
-	closed     atomic.Bool
-	closing    chan struct{} // closed by Close: wakes the waiters
-	closeOnce  sync.Once
-	defaultAC  acquireConfig // the configuration of an acquire without options
-	notify     *notifier     // nil with notifications off
-	queues     localQueues
-	mx         *metrics.Metrics
-	unregister func() // removes this manager's held locks from mx
+	closed atomic.Bool
+	// conditional: every master runs DELIFEQ and SET ... IFEQ, and
+	// WithConditionalCommands is not off (see kindExclusiveNative).
+	conditional atomic.Bool
+	closing     chan struct{} // closed by Close: wakes the waiters
+	closeOnce   sync.Once
+	defaultAC   acquireConfig // the configuration of an acquire without options
+	notify      *notifier     // nil with notifications off
+	queues      localQueues
+	mx          *metrics.Metrics
+	unregister  func() // removes this manager's held locks from mx
 }
 
 // processFlushers bounds the coalescers' pipelines in flight over every

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -91,6 +92,10 @@ func (m *Manager) startupCheck(ctx context.Context) error {
 
 // startupCheckOnce makes the startup check's commands once.
 func (m *Manager) startupCheckOnce(ctx context.Context) error {
+	var (
+		mu          sync.Mutex
+		conditional = m.cfg.conditional == nil || *m.cfg.conditional
+	)
 	check := func(ctx context.Context, c *redis.Client) error {
 		info, err := c.Info(ctx, "server").Result()
 		if transport.IsReply(err) {
@@ -103,11 +108,19 @@ func (m *Manager) startupCheckOnce(ctx context.Context) error {
 		if v != "" && versionLess(v, minServer) {
 			return &ServerVersionError{Addr: c.Options().Addr, Version: v, Need: minServer}
 		}
+		has, err := conditionalCommands(ctx, c)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		conditional = conditional && has
+		mu.Unlock()
 		return nil
 	}
 	if err := m.tr.EachMaster(ctx, check); err != nil {
 		return err
 	}
+	m.conditional.Store(conditional)
 	for _, s := range scripts.All() {
 		if err := s.Load(ctx, m.tr.Client()).Err(); err != nil {
 			return err

@@ -62,6 +62,7 @@ type config struct {
 	replicaTimeout time.Duration
 	replicaPolicy  ReplicaPolicy
 	coalescing     *bool // WithCoalescing; nil: on
+	conditional    *bool // WithConditionalCommands; nil: on
 	startupCheck   bool
 	traceID        func(context.Context) string
 	metrics        *metrics.Metrics
@@ -204,6 +205,15 @@ func WithReplicaAck(n int, timeout time.Duration, policy ReplicaPolicy) Option {
 // commands after a connection error or a "not now" reply, which makes a
 // held lock look lost or a released lock look not held.
 func WithCoalescing(on bool) Option { return optionFunc(func(c *config) { c.coalescing = &on }) }
+
+// WithConditionalCommands says whether the Manager releases and extends
+// unfenced locks with the server's conditional commands (DELIFEQ, SET ...
+// IFEQ) where every master runs them, as the startup check finds (default
+// on); off, every call goes by the Lua scripts, as on servers without
+// them. Without the startup check the scripts are used.
+func WithConditionalCommands(on bool) Option {
+	return optionFunc(func(c *config) { c.conditional = &on })
+}
 
 // WithStartupCheck turns the checks New makes (server versions, script
 // preload) on or off. They are on by default.

@@ -297,8 +297,7 @@ func (r *releaseTry) once(ctx context.Context) error {
 	case r.ambiguous || r.h.w != nil:
 		sentAt = time.Now()
 	}
-	c := l.releaseCall(r.h)
-	result, code, fence, err := l.releaseOutcome(m.tr.RunScript(ctx, m.cmd, c.Script, c.Keys, c.Args...), r.ambiguous, sentAt, r.validUntil)
+	result, code, fence, err := l.kind.release(m, ctx, l, r.h.entry, r.h.local, r.ambiguous, sentAt, r.validUntil)
 	if err != nil {
 		r.ambiguous = r.ambiguous || transport.IsAmbiguous(err)
 		return err

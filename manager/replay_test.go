@@ -18,7 +18,8 @@ import (
 	"github.com/shardlock/shardlock/sharding"
 )
 
-// lostReplyHook runs every release, batch release and extend script, then
+// lostReplyHook runs every release, batch release and extend script (and
+// the conditional commands that stand for them on Valkey 9), then
 // reports its reply lost (io.ErrUnexpectedEOF), as a connection cut after
 // the command was written would, the first time it sees those exact
 // arguments: the Manager then sends the call again, knowing that the
@@ -35,6 +36,12 @@ var localReplays atomic.Int64
 
 func replayed(cmd redis.Cmder) bool {
 	args := cmd.Args()
+	switch cmd.Name() {
+	case "delifeq": // the conditional commands' release and extend (Valkey 9)
+		return true
+	case "set":
+		return len(args) > 3 && fmt.Sprint(args[3]) == "ifeq"
+	}
 	if len(args) < 2 || (cmd.Name() != "evalsha" && cmd.Name() != "eval") {
 		return false
 	}
@@ -52,7 +59,11 @@ func (h lostReplyHook) lose(cmd redis.Cmder) bool {
 	if !replayed(cmd) {
 		return false
 	}
-	if _, again := h.seen.LoadOrStore(fmt.Sprint(cmd.Args()[2:]), true); again {
+	seen := cmd.Args()[2:] // a script's keys and arguments
+	if n := cmd.Name(); n != "evalsha" && n != "eval" {
+		seen = cmd.Args() // a conditional command, whole
+	}
+	if _, again := h.seen.LoadOrStore(fmt.Sprint(seen), true); again {
 		return false
 	}
 	h.replays.Add(1)

@@ -328,3 +328,24 @@ func (t *Transport) RunScript(ctx context.Context, c redis.Scripter, s *redis.Sc
 	}
 	return cmd
 }
+
+// Process sends cmd, a command of its own (not a script), through c (Cmd,
+// or a client) bounded by ctx as RunScript is: through the coalescer on
+// the caller's goroutine under any ctx, else on the caller's goroutine
+// where the client bounds commands by their deadline, else on a goroutine
+// of the Transport's. It is sent once: a command through a client goes
+// with go-redis's retries off. cmd is read only when Process returns nil
+// or an error reply; after any other error the command may belong to an
+// exchange still in flight.
+func (t *Transport) Process(ctx context.Context, c Commander, cmd redis.Cmder) error {
+	bounds, waits := t.clientBounds, false
+	if c == t.cmd {
+		bounds, waits = t.cmdBounds, t.co != nil
+	} else {
+		cmd = noRetry{cmd}
+	}
+	if ctx.Err() == nil && (waits || direct(ctx, time.Time{}, bounds)) {
+		return c.Process(ctx, cmd) // the hot path: no closure
+	}
+	return t.Bounded(ctx, time.Time{}, func(ctx context.Context) error { return c.Process(ctx, cmd) }, nil)
+}
