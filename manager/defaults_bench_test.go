@@ -64,26 +64,38 @@ func BenchmarkDefaults(b *testing.B) {
 	}
 }
 
+// benchPair is one comparison of BenchmarkDefaultsAlternating: shardlock
+// (lock) against a floor, at each goroutine count of gs.
+type benchPair struct {
+	name  string
+	lock  benchkit.Op
+	floor benchkit.Op
+	gs    []int
+}
+
 // BenchmarkDefaultsAlternating is BenchmarkDefaults' comparisons that
 // decide whether shardlock keeps up with the floors, each made with the two
 // sides alternating in slices of the same run (benchkit.Alternate), so that
 // both meet the same moments of a noisy machine: one manager against the
 // auto-pipelined floor on one client, four managers against it on four
 // clients (a fleet), and at 16 goroutines one manager against the plain
-// floor too. It reports both sides' ops/s and shardlock's ÷ the floor's.
+// floor too; on a server with DELIFEQ (Valkey 9), one and four managers
+// against the native floor (SET NX PX, DELIFEQ) as well. It reports both
+// sides' ops/s and shardlock's ÷ the floor's.
 func BenchmarkDefaultsAlternating(b *testing.B) {
 	for _, target := range benchTargets {
 		b.Run(target.name, func(b *testing.B) {
 			f := newDefaultsFleet(b, target.client)
-			pairs := []struct {
-				name  string
-				lock  benchkit.Op
-				floor benchkit.Op
-				gs    []int
-			}{
+			pairs := []benchPair{
 				{"1manager-vs-floor", benchkit.Managers(f.managers[:1]), floorTimed(f.clients[0]), []int{16}},
 				{"1manager-vs-autopipeline", benchkit.Managers(f.managers[:1]), floorTimed(f.aps[0]), []int{16, 64, 256}},
 				{"4managers-vs-4autopipelines", benchkit.Managers(f.managers), floorTimed(f.aps...), []int{16, 64, 256}},
+			}
+			if hasDelIfEq(b, f.clients[0]) {
+				// Valkey 9: the native floor too (SET NX PX, DELIFEQ).
+				pairs = append(pairs,
+					benchPair{"1manager-vs-native-autopipeline", benchkit.Managers(f.managers[:1]), nativeFloorTimed(f.aps[0]), []int{16, 64, 256}},
+					benchPair{"4managers-vs-4native-autopipelines", benchkit.Managers(f.managers), nativeFloorTimed(f.aps...), []int{16, 64, 256}})
 			}
 			for _, p := range pairs {
 				for _, g := range p.gs {
@@ -183,9 +195,33 @@ func benchPaired(b *testing.B, client func(*testing.B) redis.UniversalClient, ne
 // mod len(cs).
 func floorTimed(cs ...redis.UniversalClient) benchkit.Op { return floorWith(benchkit.Deadline, cs...) }
 
+// nativeFloorTimed is floorTimed releasing with DELIFEQ (Valkey 9) in place
+// of the script: the native floor.
+func nativeFloorTimed(cs ...redis.UniversalClient) benchkit.Op {
+	return floorRelease(benchkit.Deadline, func(ctx context.Context, c redis.UniversalClient, key, tok string) error {
+		return c.Do(ctx, "delifeq", key, tok).Err()
+	}, cs...)
+}
+
+// hasDelIfEq reports whether c's server runs DELIFEQ.
+func hasDelIfEq(b *testing.B, c redis.UniversalClient) bool {
+	info, err := c.Do(context.Background(), "command", "info", "delifeq").Slice()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return len(info) == 1 && info[0] != nil
+}
+
 // floorWith is floorOp with each call's context made by newCtx, worker w
 // on client w mod len(cs).
 func floorWith(newCtx benchkit.CallContext, cs ...redis.UniversalClient) benchkit.Op {
+	return floorRelease(newCtx, func(ctx context.Context, c redis.UniversalClient, key, tok string) error {
+		return compareAndDelete.Run(ctx, c, []string{key}, tok).Err()
+	}, cs...)
+}
+
+// floorRelease is floorWith releasing with release.
+func floorRelease(newCtx benchkit.CallContext, release func(ctx context.Context, c redis.UniversalClient, key, tok string) error, cs ...redis.UniversalClient) benchkit.Op {
 	return func(w int, run string) (time.Duration, error) {
 		c := cs[w%len(cs)]
 		key, tok := "floor:{"+benchkit.FreshKey(run, w)+"}", fmt.Sprintf("tok-%d-%d", w, time.Now().UnixNano())
@@ -202,6 +238,6 @@ func floorWith(newCtx benchkit.CallContext, cs ...redis.UniversalClient) benchki
 		}
 		ctx, cancel = newCtx()
 		defer cancel()
-		return d, compareAndDelete.Run(ctx, c, []string{key}, tok).Err()
+		return d, release(ctx, c, key, tok)
 	}
 }
