@@ -338,6 +338,7 @@ func (a *acquirer) take(res attemptResult, sendAt time.Time) (_ *Lock, again boo
 		validFrom = a.firstAmbiguous
 	}
 	l := m.newLock(tg.kind, tg.resource, tg.key, a.token, a.tokenArg, res.fence, a.start, validFrom, a.ac)
+	l.viaQueue = res.claimed || a.fw != nil
 	if res.claimed {
 		l.onClaim(validFrom)
 	}

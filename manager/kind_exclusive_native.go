@@ -22,7 +22,10 @@ import (
 // apart (and hands the lock to a queued waiter): the results and errors
 // callers see are the script path's. Everything else (the acquire, a
 // release that queues this process's next waiter, the watchdog's
-// pipelined renewals, Close's releases) is kindExclusive's.
+// pipelined renewals, Close's releases) is kindExclusive's, and so are the
+// release and extend of a lock that came through Redis's queue
+// (Lock.viaQueue): its key carries the queued mark, which the conditional
+// commands' bare token would not match.
 //
 // acquire chooses it for an unfenced exclusive lock when New found the
 // commands on every master (conditionalCommands) and WithConditionalCommands
@@ -34,7 +37,7 @@ var kindExclusiveNative lockKind = exclusiveNativeKind{}
 type exclusiveNativeKind struct{ exclusiveKind }
 
 func (exclusiveNativeKind) release(m *Manager, ctx context.Context, l *Lock, entry string, local, ambiguous bool, sentAt, validUntil time.Time) (error, int64, uint64, error) {
-	if entry == "" && m.conditional.Load() {
+	if entry == "" && !l.viaQueue && m.conditional.Load() {
 		cmd := redis.NewIntCmd(ctx, "delifeq", l.key, l.args[0])
 		err := m.tr.Process(ctx, m.cmd, cmd)
 		if err == nil && cmd.Val() == 1 {
@@ -48,7 +51,7 @@ func (exclusiveNativeKind) release(m *Manager, ctx context.Context, l *Lock, ent
 }
 
 func (exclusiveNativeKind) extend(m *Manager, ctx context.Context, l *Lock, ttlMs string) (int64, error) {
-	if m.conditional.Load() {
+	if !l.viaQueue && m.conditional.Load() {
 		cmd := redis.NewStatusCmd(ctx, "set", l.key, l.args[0], "ifeq", l.args[0], "px", ttlMs)
 		err := m.tr.Process(ctx, m.cmd, cmd)
 		if err == nil {

@@ -97,6 +97,10 @@ type Lock struct {
 	cls        *metrics.Class // nil without metrics
 	kind       lockKind       // what the lock's calls are (kind.go)
 	batch      *batchInfo     // a batch lock's resources, keys and fences; nil for one resource
+	// viaQueue: the lock came through Redis's queue (a fair waiter's
+	// attempt, or a hand-over), so its key most likely carries the queued
+	// mark that a compare-and-delete of the bare token does not match.
+	viaQueue bool
 
 	mu sync.Mutex
 	// sig is made on first use of Context or Done: most holders never ask.

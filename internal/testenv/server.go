@@ -22,6 +22,7 @@ type Server struct {
 	tb   testing.TB
 	dir  string
 	port int
+	args []string // extra configuration, as redis-server's --name value arguments
 	cmd  *exec.Cmd
 }
 
@@ -29,6 +30,13 @@ type Server struct {
 // 127.0.0.1, stopped at cleanup. Without redis-server on PATH it skips the
 // test, or fails it under SHARDLOCK_REQUIRE_REDIS=1.
 func StartServer(tb testing.TB) *Server {
+	tb.Helper()
+	return StartServerWith(tb)
+}
+
+// StartServerWith is StartServer with extra configuration: arguments as
+// redis-server takes them after its own ("--rename-command", "DELIFEQ", "").
+func StartServerWith(tb testing.TB, args ...string) *Server {
 	tb.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		missing(tb, "redis-server")
@@ -39,7 +47,7 @@ func StartServer(tb testing.TB) *Server {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	_ = ln.Close()
-	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), tb: tb, dir: tb.TempDir(), port: port}
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), tb: tb, dir: tb.TempDir(), port: port, args: args}
 	s.start()
 	tb.Cleanup(s.stopProcess)
 	return s
@@ -47,9 +55,10 @@ func StartServer(tb testing.TB) *Server {
 
 func (s *Server) start() {
 	s.tb.Helper()
-	s.cmd = exec.Command("redis-server", "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
+	args := append([]string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--dir", s.dir,
-		"--logfile", filepath.Join(s.dir, "redis.log"))
+		"--logfile", filepath.Join(s.dir, "redis.log")}, s.args...)
+	s.cmd = exec.Command("redis-server", args...)
 	s.cmd.Stdout, s.cmd.Stderr = os.Stderr, os.Stderr
 	if err := s.cmd.Start(); err != nil {
 		s.tb.Fatalf("start redis-server: %v", err)
@@ -93,6 +102,15 @@ func (s *Server) Kill() {
 func (s *Server) Restart() {
 	s.tb.Helper()
 	s.Kill()
+	s.start()
+}
+
+// RestartWith restarts the server on the same port with other extra
+// configuration (see StartServerWith): an upgrade, or a downgrade, in place.
+func (s *Server) RestartWith(args ...string) {
+	s.tb.Helper()
+	s.Kill()
+	s.args = args
 	s.start()
 }
 
