@@ -81,11 +81,15 @@ type benchPair struct {
 // clients (a fleet), and at 16 goroutines one manager against the plain
 // floor too; on a server with DELIFEQ (Valkey 9), one and four managers
 // against the native floor (SET NX PX, DELIFEQ) as well. It reports both
-// sides' ops/s and shardlock's ÷ the floor's.
+// sides' ops/s and shardlock's ÷ the floor's, and the servers' command time
+// per acquire+release of each side and shardlock's ÷ the floor's
+// (benchkit.CommandTime).
 func BenchmarkDefaultsAlternating(b *testing.B) {
 	for _, target := range benchTargets {
 		b.Run(target.name, func(b *testing.B) {
 			f := newDefaultsFleet(b, target.client)
+			// GET and DEL run only inside the release scripts here.
+			cmdTime := benchkit.CommandTime(b, f.clients[0], "get", "del")
 			pairs := []benchPair{
 				{"1manager-vs-floor", benchkit.Managers(f.managers[:1]), floorTimed(f.clients[0]), []int{16}},
 				{"1manager-vs-autopipeline", benchkit.Managers(f.managers[:1]), floorTimed(f.aps[0]), []int{16, 64, 256}},
@@ -100,7 +104,7 @@ func BenchmarkDefaultsAlternating(b *testing.B) {
 			for _, p := range pairs {
 				for _, g := range p.gs {
 					b.Run(fmt.Sprintf("%s/g=%d", p.name, g), func(b *testing.B) {
-						benchkit.Alternate(b, g, testenv.Unique("alt"), "shardlock", p.lock, "floor", p.floor)
+						benchkit.AlternateTimed(b, g, testenv.Unique("alt"), "shardlock", p.lock, "floor", p.floor, cmdTime)
 					})
 				}
 			}
@@ -196,10 +200,18 @@ func benchPaired(b *testing.B, client func(*testing.B) redis.UniversalClient, ne
 func floorTimed(cs ...redis.UniversalClient) benchkit.Op { return floorWith(benchkit.Deadline, cs...) }
 
 // nativeFloorTimed is floorTimed releasing with DELIFEQ (Valkey 9) in place
-// of the script: the native floor.
+// of the script: the native floor. The command goes by Process: an
+// AutoPipeliner sends what Do is given outside its batches.
 func nativeFloorTimed(cs ...redis.UniversalClient) benchkit.Op {
 	return floorRelease(benchkit.Deadline, func(ctx context.Context, c redis.UniversalClient, key, tok string) error {
-		return c.Do(ctx, "delifeq", key, tok).Err()
+		cmd := redis.NewIntCmd(ctx, "delifeq", key, tok)
+		if err := c.Process(ctx, cmd); err != nil {
+			return err
+		}
+		if cmd.Val() != 1 {
+			return fmt.Errorf("floor: DELIFEQ %s answered %d", key, cmd.Val())
+		}
+		return nil
 	}, cs...)
 }
 

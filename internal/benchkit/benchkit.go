@@ -54,18 +54,37 @@ func Run(b *testing.B, servers Servers, g int, run string, op Op) {
 // changes by more than the difference between two close implementations.
 // It reports no ns/op: its operations are not b.N.
 func Alternate(b *testing.B, g int, run string, aName string, a Op, bName string, bOp Op) {
+	AlternateTimed(b, g, run, aName, a, bName, bOp, nil)
+}
+
+// AlternateTimed is Alternate that also reports, where cmdTime is not nil,
+// the servers' command time per operation of each side (aName-cmd-us/op,
+// bName-cmd-us/op: cmdTime's growth over that side's slices, see
+// CommandTime) and A's ÷ B's (aName/bName-cmd).
+func AlternateTimed(b *testing.B, g int, run string, aName string, a Op, bName string, bOp Op, cmdTime func() time.Duration) {
 	const slices = 10
 	per := max(b.N/slices, g)
-	var took [2]time.Duration
+	var took, cmd [2]time.Duration
 	ops := [2]Op{a, bOp}
 	b.ResetTimer()
 	for i := range slices {
 		for _, j := range [2][2]int{{0, 1}, {1, 0}}[i%2] {
+			var c0 time.Duration
+			if cmdTime != nil {
+				b.StopTimer()
+				c0 = cmdTime()
+				b.StartTimer()
+			}
 			start := time.Now()
 			if _, err := runOps(g, per, run, ops[j]); err != nil {
 				b.Fatal(err)
 			}
 			took[j] += time.Since(start)
+			if cmdTime != nil {
+				b.StopTimer()
+				cmd[j] += cmdTime() - c0
+				b.StartTimer()
+			}
 		}
 	}
 	b.StopTimer()
@@ -73,6 +92,11 @@ func Alternate(b *testing.B, g int, run string, aName string, a Op, bName string
 	b.ReportMetric(n/took[0].Seconds(), aName+"-ops/s")
 	b.ReportMetric(n/took[1].Seconds(), bName+"-ops/s")
 	b.ReportMetric(took[1].Seconds()/took[0].Seconds(), aName+"/"+bName)
+	if cmdTime != nil && cmd[1] > 0 {
+		b.ReportMetric(float64(cmd[0].Microseconds())/n, aName+"-cmd-us/op")
+		b.ReportMetric(float64(cmd[1].Microseconds())/n, bName+"-cmd-us/op")
+		b.ReportMetric(cmd[0].Seconds()/cmd[1].Seconds(), aName+"/"+bName+"-cmd")
+	}
 	b.ReportMetric(0, "ns/op") // suppresses it (see testing.B.ReportMetric)
 }
 
