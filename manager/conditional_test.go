@@ -246,7 +246,8 @@ func TestRealConditionalCommandsGoneFallBack(t *testing.T) {
 // made on it releases by the script from the start; a Manager made while
 // the server had DELIFEQ, which then comes back without it (a rolling
 // upgrade or downgrade in place), falls back on the first "unknown
-// command" and says so once. No call fails for it either way.
+// command" and says so once, and takes the commands up again once the
+// server has them back. No call fails for it either way.
 func TestRealRenamedDelifeqFallsBack(t *testing.T) {
 	if !onValkey() {
 		t.Skip("DELIFEQ is Valkey 9's: Redis 7 refuses to rename a command it does not have")
@@ -284,7 +285,8 @@ func TestRealRenamedDelifeqFallsBack(t *testing.T) {
 			t.Errorf("%d log lines about the conditional commands, want none: New chose the scripts", n)
 		}
 	})
-	t.Run("renamed after New", func(t *testing.T) {
+	t.Run("renamed after New, then back", func(t *testing.T) {
+		manager.SetConditionalRecheck(t, 100*time.Millisecond)
 		ctx := ctxT(t)
 		srv := testenv.StartServer(t)
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
@@ -313,6 +315,21 @@ func TestRealRenamedDelifeqFallsBack(t *testing.T) {
 		}
 		if n := h.count("evalsha") + h.count("eval"); n < 3 {
 			t.Errorf("%d scripts run, want at least 3 (every release by the script)", n)
+		}
+
+		// The server comes back with DELIFEQ: the Manager's next look
+		// at the command tables turns the commands on again.
+		srv.RestartWith()
+		eventually(t, 10*time.Second, "DELIFEQ in use again", func() bool {
+			h.reset()
+			l, err := m.TryAcquire(ctx, "r")
+			if err != nil {
+				return false
+			}
+			return l.Release(ctx) == nil && h.count("delifeq") == 1
+		})
+		if n := logs.FilterMessageSnippet("conditional commands again").Len(); n != 1 {
+			t.Errorf("%d log lines about the conditional commands coming back, want 1", n)
 		}
 	})
 }

@@ -3,6 +3,8 @@ package manager
 import (
 	"context"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -31,7 +33,8 @@ import (
 // commands on every master (conditionalCommands) and WithConditionalCommands
 // is not off. A reply of "unknown command" (a master failed over to an
 // older replica, or the command was renamed away) turns it off for the
-// Manager, with one log line; the call goes by the script.
+// Manager, with one log line; the call goes by the script, and the Manager
+// looks at the masters' command tables again later (recheckConditional).
 var kindExclusiveNative lockKind = exclusiveNativeKind{}
 
 type exclusiveNativeKind struct{ exclusiveKind }
@@ -76,9 +79,66 @@ func (m *Manager) scriptAfter(err error) bool {
 		if m.conditional.CompareAndSwap(true, false) {
 			m.log.Warn("a server does not run the conditional commands; releasing and extending by scripts",
 				zap.String("event", "conditional_commands_off"), zap.Error(err))
+			m.recheckConditional()
 		}
 	}
 	return true
+}
+
+// conditionalRecheck is how long after a reply turned the conditional
+// commands off the Manager first reads the masters' command tables again,
+// in nanoseconds; each look that finds them still missing doubles it, up
+// to conditionalRecheckMax.
+var conditionalRecheck atomic.Int64
+
+func init() { conditionalRecheck.Store(int64(30 * time.Second)) }
+
+const conditionalRecheckMax = 10 * time.Minute
+
+// recheckConditional looks again, on a goroutine of the transport's that
+// ends at Close and that Close waits for, at every master's command table
+// (the failover to an older replica may be undone, the upgrade finished):
+// where every master runs the commands again, they come back on, with a
+// log line.
+func (m *Manager) recheckConditional() {
+	m.tr.Go(func() {
+		wait := time.Duration(conditionalRecheck.Load())
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		for {
+			select {
+			case <-m.closing:
+				return
+			case <-t.C:
+			}
+			if m.conditionalEverywhere() {
+				m.conditional.Store(true)
+				m.log.Info("every server runs the conditional commands again; releasing and extending with them",
+					zap.String("event", "conditional_commands_on"))
+				return
+			}
+			wait = min(2*wait, conditionalRecheckMax)
+			t.Reset(wait)
+		}
+	})
+}
+
+// conditionalEverywhere reports whether every master runs the conditional
+// commands, as their command tables say, within DefaultStartup; an error
+// counts as no.
+func (m *Manager) conditionalEverywhere() bool {
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultStartup)
+	defer cancel()
+	all := true
+	var mu sync.Mutex
+	err := m.tr.EachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		has, err := conditionalCommands(ctx, c)
+		mu.Lock()
+		all = all && has
+		mu.Unlock()
+		return err
+	})
+	return err == nil && all
 }
 
 // conditionalCommands reports whether the server c talks to runs DELIFEQ
