@@ -43,6 +43,7 @@ if ! "$staticcheck" -version 2>/dev/null | grep -q "$STATICCHECK_VERSION"; then
 fi
 "$staticcheck" ./...
 (cd bench/rueidis && "$staticcheck" ./...)
+(cd bench/peers && "$staticcheck" ./...)
 # row NAME DIR: starts the servers on PATH (their data under DIR) and runs
 # the tests on them, SHARDLOCK_SERVER telling the tests which they are.
 row() {
@@ -69,6 +70,8 @@ if [[ " $servers " == *" redis "* ]]; then
     go test -run '^$' -bench . -benchtime 1x -timeout 10m ./... >/dev/null
     echo "== the rueidis floor's module (bench/rueidis): vet, and its benchmark once"
     (cd bench/rueidis && go vet ./... && go test -run '^$' -bench . -benchtime 1x -timeout 5m ./... >/dev/null)
+    echo "== the peers' module (bench/peers): vet, and its benchmark once"
+    (cd bench/peers && go vet ./... && go test -run '^$' -bench . -benchtime 1x -timeout 5m ./... >/dev/null)
   fi
   scripts/redis-test-env.sh down
   trap - EXIT
