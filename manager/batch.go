@@ -51,7 +51,11 @@ func (m *Manager) acquireBatch(ctx context.Context, resources []string, opts []A
 		return nil, &CrossSlotError{Slots: slots}
 	}
 	b := &batchInfo{resources: append([]string(nil), resources...), keys: keys}
-	return m.acquireMeasured(ctx, target{kind: kindBatch, resource: resources[0], key: keys[0], batch: b}, &ac, wait)
+	kind := kindBatch
+	if !ac.fencing && m.msetex.Load() {
+		kind = kindBatchNative
+	}
+	return m.acquireMeasured(ctx, target{kind: kind, resource: resources[0], key: keys[0], batch: b}, &ac, wait)
 }
 
 // oneSlot reports whether keys share a cluster slot. Keys with the same

@@ -19,19 +19,27 @@ import (
 )
 
 // BenchmarkBatch compares a single lock with a batch of 10 co-located
-// resources, on the cluster, one goroutine: acquire+release, and the
+// resources, on the standalone server and on the cluster, one goroutine: acquire+release, and the
 // acquire alone (the release outside the timer). Beside the acquire, the
 // floor of any one-script batch on this Redis: a script that only runs
 // SET NX PX on each of the 10 keys (each key needs its own expiry, and
 // Redis 7.0 has no command that sets one on several keys), sent by the
 // same client, its keys deleted outside the timer; acquire/interleaved
 // rotates it, the same floor storing a value as long as a shardlock token
-// (floor-token: what the token's size costs the server), and the batch,
-// call by call, and reports their medians and the batch's ratios to both.
+// (floor-token: what the token's size costs the server), the batch by its
+// script alone (batch10-scripts: on a server with MSETEX the batch's first
+// try is that command) and the batch, call by call, and reports their
+// medians and the batch's ratios to the others.
 // Every call has its own deadline, and the client has
 // ContextTimeoutEnabled.
 func BenchmarkBatch(b *testing.B) {
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: testenv.ClusterAddrs(b), ContextTimeoutEnabled: true})
+	for _, target := range benchTargets {
+		b.Run(target.name, func(b *testing.B) { benchBatch(b, target.client(b)) })
+	}
+}
+
+// benchBatch is BenchmarkBatch on the server behind c.
+func benchBatch(b *testing.B, c redis.UniversalClient) {
 	b.Cleanup(func() { _ = c.Close() })
 	m := newManager(b, c)
 	run := testenv.Unique("batch")
@@ -75,8 +83,18 @@ func BenchmarkBatch(b *testing.B) {
 		defer cancel()
 		return f(ctx)
 	}
-	// The acquires of the two floors and of the batch, call by call.
-	b.Run("acquire/interleaved", func(b *testing.B) { benchInterleaved(b, floor, floorWith(tokenLong), batch) })
+	// The acquires of the two floors and of the batch both ways, call by call.
+	// The batch by its script alone (a Manager with
+	// WithConditionalCommands(false): the same as the batch where the
+	// servers have no MSETEX).
+	sm := newManager(b, c, manager.WithConditionalCommands(false))
+	batchScripts := func(ctx context.Context) (func(context.Context) error, error) {
+		l, err := sm.TryAcquireBatch(ctx, res)
+		return l.Release, err
+	}
+	b.Run("acquire/interleaved", func(b *testing.B) {
+		benchInterleaved(b, []string{"floor", "floor-token", "batch10-scripts", "batch10"}, floor, floorWith(tokenLong), batchScripts, batch)
+	})
 	for _, mode := range []struct {
 		name  string
 		impls []impl
@@ -129,12 +147,11 @@ func acquireTimed(b *testing.B, acquire func(context.Context) (func(context.Cont
 	return took
 }
 
-// benchInterleaved rotates the floor's acquire, the token-sized floor's and
-// the batch's, call by call (each one first in turn), so that all three meet
-// the same moments of a noisy machine, and reports the median of each and
-// the batch's ratios to the two floors.
-func benchInterleaved(b *testing.B, floor, floorToken, batch func(context.Context) (func(context.Context) error, error)) {
-	impls := []func(context.Context) (func(context.Context) error, error){floor, floorToken, batch}
+// benchInterleaved rotates the acquires of impls, call by call (each one
+// first in turn), so that all meet the same moments of a noisy machine,
+// and reports the median of each (<name>-p50-us) and the last one's ratios
+// to the others (<last>/<name>).
+func benchInterleaved(b *testing.B, names []string, impls ...func(context.Context) (func(context.Context) error, error)) {
 	took := make([][]time.Duration, len(impls))
 	for i := 0; b.Loop(); i++ {
 		for j := range impls {
@@ -147,11 +164,13 @@ func benchInterleaved(b *testing.B, floor, floorToken, batch func(context.Contex
 		slices.Sort(t)
 		med[k] = t[len(t)/2]
 	}
-	b.ReportMetric(float64(med[0].Nanoseconds())/1000, "floor-p50-us")
-	b.ReportMetric(float64(med[1].Nanoseconds())/1000, "floor-token-p50-us")
-	b.ReportMetric(float64(med[2].Nanoseconds())/1000, "batch10-p50-us")
-	b.ReportMetric(float64(med[2])/float64(med[0]), "batch10/floor")
-	b.ReportMetric(float64(med[2])/float64(med[1]), "batch10/floor-token")
+	last := len(impls) - 1
+	for k := range impls {
+		b.ReportMetric(float64(med[k].Nanoseconds())/1000, names[k]+"-p50-us")
+		if k != last {
+			b.ReportMetric(float64(med[last])/float64(med[k]), names[last]+"/"+names[k])
+		}
+	}
 }
 
 // BenchmarkHotResource: 16 goroutines over 4 managers lock one hot

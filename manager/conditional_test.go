@@ -475,3 +475,103 @@ func TestRealCommandsPerCall(t *testing.T) {
 	}
 	t.Logf("commands per contended acquisition: %d", total(waiting)+total(handover)+total(release))
 }
+
+// An unfenced batch's first try is MSETEX ... NX PX on a server that runs
+// it (Valkey 9.1, standalone; not on a cluster, see setServerCmds): a free
+// batch is taken in that one command; a batch
+// with a key held by another token, with the queued mark, or of another
+// type answers what the script answers (the same error, the same held
+// resources) and takes nothing.
+func TestRealMsetexBatchAnswersAsTheScript(t *testing.T) {
+	for _, tg := range []testenv.Target{testenv.Targets()[0], testenv.Targets()[2]} {
+		t.Run(tg.Name, func(t *testing.T) {
+			ctx := ctxT(t)
+			admin := tg.Client(t)
+			nc, sc := tg.Client(t), tg.Client(t)
+			h := newNameHook()
+			addHook(nc, h)
+			prefix := testenv.Unique("msetex") + ":"
+			native := newManager(t, nc, manager.WithKeyPrefix(prefix), manager.WithOwner("native"))
+			script := newManager(t, sc, manager.WithKeyPrefix(prefix), manager.WithOwner("script"), manager.WithConditionalCommands(false))
+			cases := []struct {
+				name  string
+				spoil func(t *testing.T, key string) // done to the batch's second key first
+			}{
+				{"free", func(*testing.T, string) {}},
+				{"another token", func(t *testing.T, key string) {
+					if err := admin.Set(ctx, key, "sl1.someone-else", time.Minute).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}},
+				{"queued mark", func(t *testing.T, key string) {
+					if err := admin.Set(ctx, key, "sl1.someone-else"+sharding.QueuedMark, time.Minute).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}},
+				{"another type", func(t *testing.T, key string) {
+					if err := admin.HSet(ctx, key, "f", "v").Err(); err != nil {
+						t.Fatal(err)
+					}
+					if err := admin.PExpire(ctx, key, time.Minute).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}},
+			}
+			type outcome struct {
+				err  string
+				held string
+				free int // keys of the batch other than the spoilt one left free
+			}
+			run := func(m *manager.Manager, side, name string, spoil func(*testing.T, string)) outcome {
+				tag := "{" + side + "-" + name + "}"
+				res := []string{tag + "a", tag + "b", tag + "c"}
+				keys := make([]string, len(res))
+				for i, r := range res {
+					keys[i] = prefix + r
+				}
+				spoil(t, keys[1])
+				l, err := m.TryAcquireBatch(ctx, res)
+				o := outcome{err: strings.ReplaceAll(errClass(err), tag, "{tag}")}
+				var bhe *manager.BatchHeldError
+				if errors.As(err, &bhe) {
+					o.held = strings.TrimPrefix(strings.Join(bhe.Held, ","), tag)
+				}
+				if err == nil {
+					for _, k := range keys {
+						if v := admin.Get(ctx, k).Val(); v != l.Token() {
+							t.Errorf("%s: %s holds %q, not the batch's token", name, k, v)
+						}
+						if ttl := admin.PTTL(ctx, k).Val(); ttl <= 0 || ttl > manager.DefaultTTL {
+							t.Errorf("%s: %s has TTL %v", name, k, ttl)
+						}
+					}
+					if err := l.Release(ctx); err != nil {
+						t.Errorf("%s: release: %v", name, err)
+					}
+				}
+				for _, k := range []string{keys[0], keys[2]} {
+					if admin.Exists(ctx, k).Val() == 0 {
+						o.free++
+					}
+				}
+				return o
+			}
+			for _, c := range cases {
+				h.reset()
+				got, want := run(native, "n", c.name, c.spoil), run(script, "s", c.name, c.spoil)
+				if got != want {
+					t.Errorf("%s: MSETEX answered %+v, the script %+v", c.name, got, want)
+				}
+				msetex, evalsha := h.count("msetex"), h.count("evalsha")
+				switch {
+				case (!onValkey() || tg.Name == "cluster") && msetex != 0:
+					t.Errorf("%s: %d MSETEX sent (Redis has none; a Valkey cluster runs it on any node)", c.name, msetex)
+				case onValkey() && tg.Name != "cluster" && msetex != 1:
+					t.Errorf("%s, on Valkey: %d MSETEX, want 1 (the first try)", c.name, msetex)
+				case onValkey() && tg.Name != "cluster" && c.name == "free" && evalsha != 1:
+					t.Errorf("free, on Valkey: %d EVALSHA, want 1 (the release only)", evalsha)
+				}
+			}
+		})
+	}
+}

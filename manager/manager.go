@@ -35,13 +35,17 @@ type Manager struct {
 	// conditional: every master runs DELIFEQ and SET ... IFEQ, and
 	// WithConditionalCommands is not off (see kindExclusiveNative).
 	conditional atomic.Bool
-	closing     chan struct{} // closed by Close: wakes the waiters
-	closeOnce   sync.Once
-	defaultAC   acquireConfig // the configuration of an acquire without options
-	notify      *notifier     // nil with notifications off
-	queues      localQueues
-	mx          *metrics.Metrics
-	unregister  func() // removes this manager's held locks from mx
+	// msetex: every master runs MSETEX with NX and PX, and
+	// WithConditionalCommands is not off (see kindBatchNative).
+	msetex     atomic.Bool
+	found      serverCmds    // what New found every master runs
+	closing    chan struct{} // closed by Close: wakes the waiters
+	closeOnce  sync.Once
+	defaultAC  acquireConfig // the configuration of an acquire without options
+	notify     *notifier     // nil with notifications off
+	queues     localQueues
+	mx         *metrics.Metrics
+	unregister func() // removes this manager's held locks from mx
 }
 
 // processFlushers bounds the coalescers' pipelines in flight over every

@@ -93,8 +93,8 @@ func (m *Manager) startupCheck(ctx context.Context) error {
 // startupCheckOnce makes the startup check's commands once.
 func (m *Manager) startupCheckOnce(ctx context.Context) error {
 	var (
-		mu          sync.Mutex
-		conditional = m.cfg.conditional == nil || *m.cfg.conditional
+		mu    sync.Mutex
+		found = serverCmds{conditional: true, msetex: true}
 	)
 	check := func(ctx context.Context, c *redis.Client) error {
 		info, err := c.Info(ctx, "server").Result()
@@ -108,19 +108,20 @@ func (m *Manager) startupCheckOnce(ctx context.Context) error {
 		if v != "" && versionLess(v, minServer) {
 			return &ServerVersionError{Addr: c.Options().Addr, Version: v, Need: minServer}
 		}
-		has, err := conditionalCommands(ctx, c)
+		s, err := serverCommands(ctx, c)
 		if err != nil {
 			return err
 		}
 		mu.Lock()
-		conditional = conditional && has
+		found = found.and(s)
 		mu.Unlock()
 		return nil
 	}
 	if err := m.tr.EachMaster(ctx, check); err != nil {
 		return err
 	}
-	m.conditional.Store(conditional)
+	m.found = found
+	m.setServerCmds(found)
 	for _, s := range scripts.All() {
 		if err := s.Load(ctx, m.tr.Client()).Err(); err != nil {
 			return err

@@ -208,9 +208,10 @@ func WithCoalescing(on bool) Option { return optionFunc(func(c *config) { c.coal
 
 // WithConditionalCommands says whether the Manager releases and extends
 // unfenced locks with the server's conditional commands (DELIFEQ, SET ...
-// IFEQ) where every master runs them, as the startup check finds (default
-// on); off, every call goes by the Lua scripts, as on servers without
-// them. Without the startup check the scripts are used.
+// IFEQ), and makes an unfenced batch's first try with MSETEX ... NX PX,
+// where every master runs them, as the startup check finds (default on);
+// off, every call goes by the Lua scripts, as on servers without them.
+// Without the startup check the scripts are used.
 func WithConditionalCommands(on bool) Option {
 	return optionFunc(func(c *config) { c.conditional = &on })
 }

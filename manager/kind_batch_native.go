@@ -1,0 +1,47 @@
+package manager
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// kindBatchNative is kindBatch whose first try at a batch is MSETEX ... NX
+// PX (Valkey 9.1 and later): every key set to the token with the TTL, or
+// none, in one command the server runs without Lua. A reply of 0 (a key is
+// held, perhaps by this very token after a lost reply), or an error reply,
+// sends the attempt again as kindBatch's script, which says which keys are
+// held, recognises its own token and answers TRYAGAIN's migrations key by
+// key. Everything else (later tries, the fenced batch, a batch under
+// WithReplicaAck, release, extend, TTL) is kindBatch's.
+//
+// acquireBatch chooses it for an unfenced batch on one server (standalone
+// or Sentinel: see setServerCmds for why not on a cluster) when New found
+// MSETEX there (Manager.msetex) and WithConditionalCommands is not off. A
+// reply of "unknown command" turns it off for the Manager, as the
+// conditional commands are (see scriptAfter).
+var kindBatchNative lockKind = batchNativeKind{}
+
+type batchNativeKind struct{ batchKind }
+
+func (k batchNativeKind) attempt(m *Manager, ctx context.Context, a attemptArgs) (attemptResult, error) {
+	if a.first && !a.ac.fencing && m.cfg.replicas == 0 && m.msetex.Load() {
+		keys := a.tg.batch.keys
+		args := make([]any, 0, 2+2*len(keys)+3)
+		args = append(args, "msetex", strconv.Itoa(len(keys)))
+		for _, key := range keys {
+			args = append(args, key, a.tokenArg)
+		}
+		args = append(args, "nx", "px", a.ac.ttlMs)
+		cmd := redis.NewIntCmd(ctx, args...)
+		err := m.tr.Process(ctx, m.cmd, cmd)
+		if err == nil && cmd.Val() == 1 {
+			return attemptResult{status: attemptFresh}, nil
+		}
+		if err != nil && !m.scriptAfter(err, &m.msetex) {
+			return attemptResult{}, err
+		}
+	}
+	return k.batchKind.attempt(m, ctx, a)
+}
