@@ -3,19 +3,15 @@ package manager
 import (
 	"context"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"time"
 
 	"github.com/redis/go-redis/v9"
-	"go.uber.org/zap"
 
 	"github.com/shardlock/shardlock/internal/transport"
 )
 
 // The newer servers' commands the native kinds speak (kind_exclusive_native.go,
-// kind_batch_native.go): which the masters run, and what happens when one
-// stops answering them.
+// kind_batch_native.go): which a server runs. What the Manager does with
+// that, and when a server stops answering them, is in fallback.go.
 
 // serverCmds says which of the newer servers' commands every master runs.
 type serverCmds struct {
@@ -59,96 +55,6 @@ func serverCommands(ctx context.Context, c *redis.Client) (serverCmds, error) {
 		s.conditional = err == nil && mentions(docs, "ifeq")
 	}
 	return s, nil
-}
-
-// setServerCmds turns the native kinds on for what s says every master
-// runs, as far as WithConditionalCommands allows. MSETEX is for one server
-// only (standalone, Sentinel): a Valkey 9.1.2 cluster node runs it
-// whichever node serves the keys' slot, with no MOVED or ASK, so during a
-// slot migration a batch could land on a node that no longer serves it.
-func (m *Manager) setServerCmds(s serverCmds) {
-	allowed := m.cfg.conditional == nil || *m.cfg.conditional
-	m.conditional.Store(allowed && s.conditional)
-	m.msetex.Store(allowed && s.msetex && m.tr.Cluster() == nil)
-}
-
-// scriptAfter reports whether a native command's error is one the script
-// form of the call answers in its own way: an error reply that is not
-// transient (WRONGTYPE, an unknown command, no permission), or TRYAGAIN (a
-// multi-key command during a migration, which the batch script's path
-// takes key by key). An unknown command, or no permission, turns that
-// command's family off for the Manager, with one log line, and looks at
-// the masters again later (recheckServerCmds).
-func (m *Manager) scriptAfter(err error, family *atomic.Bool) bool {
-	if transport.IsTryAgain(err) {
-		return true
-	}
-	if !transport.IsReply(err) || transport.IsTransient(err) {
-		return false
-	}
-	if msg, _ := transport.ReplyMsg(err); strings.HasPrefix(msg, "ERR unknown command") || strings.HasPrefix(msg, "NOPERM") {
-		if family.CompareAndSwap(true, false) {
-			m.log.Warn("a server does not run the conditional commands; using the scripts",
-				zap.String("event", "conditional_commands_off"), zap.Error(err))
-			m.recheckServerCmds()
-		}
-	}
-	return true
-}
-
-// serverCmdsRecheck is how long after a reply turned a family of commands
-// off the Manager first reads the masters' command tables again, in
-// nanoseconds; each look that finds them still missing doubles it, up to
-// serverCmdsRecheckMax.
-var serverCmdsRecheck atomic.Int64
-
-func init() { serverCmdsRecheck.Store(int64(30 * time.Second)) }
-
-const serverCmdsRecheckMax = 10 * time.Minute
-
-// recheckServerCmds looks again, on a goroutine of the transport's that
-// ends at Close and that Close waits for, at every master's command table
-// (the failover to an older replica may be undone, the upgrade finished):
-// once every master runs again what New found, the native kinds are on
-// again, with a log line.
-func (m *Manager) recheckServerCmds() {
-	m.tr.Go(func() {
-		wait := time.Duration(serverCmdsRecheck.Load())
-		t := time.NewTimer(wait)
-		defer t.Stop()
-		for {
-			select {
-			case <-m.closing:
-				return
-			case <-t.C:
-			}
-			if s, ok := m.serverCmdsEverywhere(); ok && s.and(m.found) == m.found {
-				m.setServerCmds(m.found)
-				m.log.Info("every server runs the conditional commands again; using them",
-					zap.String("event", "conditional_commands_on"))
-				return
-			}
-			wait = min(2*wait, serverCmdsRecheckMax)
-			t.Reset(wait)
-		}
-	})
-}
-
-// serverCmdsEverywhere reports what every master runs, within
-// DefaultStartup; ok is false after an error.
-func (m *Manager) serverCmdsEverywhere() (_ serverCmds, ok bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), DefaultStartup)
-	defer cancel()
-	all := serverCmds{conditional: true, msetex: true}
-	var mu sync.Mutex
-	err := m.tr.EachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-		s, err := serverCommands(ctx, c)
-		mu.Lock()
-		all = all.and(s)
-		mu.Unlock()
-		return err
-	})
-	return all, err == nil
 }
 
 // mentions reports whether reply (a COMMAND DOCS reply, RESP2 or RESP3)
