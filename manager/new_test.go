@@ -205,9 +205,9 @@ func (h countAllHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 }
 
 // The servers the tests run on are the ones the test script says
-// (SHARDLOCK_SERVER): Redis 7.0 or later that is not Valkey, or Valkey 9
-// or later (which reports redis_version 7.2.4 whatever its own version),
-// on the standalone server and every master of the cluster.
+// (SHARDLOCK_SERVER): Redis 7.0 or later that is not Valkey, Valkey 9 or
+// later, or Valkey 8 (Valkey reports redis_version 7.2.4 whatever its own
+// version), on the standalone server and every master of the cluster.
 func TestRealServersAreTheExpectedOnes(t *testing.T) {
 	want := os.Getenv("SHARDLOCK_SERVER")
 	ctx := ctxT(t)
@@ -236,6 +236,13 @@ func TestRealServersAreTheExpectedOnes(t *testing.T) {
 			if major(valkeyV) < 9 {
 				t.Errorf("%s: want Valkey 9.0 or later, got valkey_version %q", name, valkeyV)
 			}
+		case "valkey8":
+			if major(valkeyV) != 8 {
+				t.Errorf("%s: want Valkey 8.x, got valkey_version %q", name, valkeyV)
+			}
+		case "": // run by hand, not by scripts/test.sh: any server
+		default:
+			t.Errorf("SHARDLOCK_SERVER is %q: want redis, valkey or valkey8", want)
 		}
 	}
 	check("standalone", testenv.Standalone(t))

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Runs shardlock's whole test suite against real servers, twice: on
-# Redis 7.0 (Debian's redis-server, the oldest server shardlock supports)
-# and on Valkey 9 (scripts/valkey.sh fetches it from Debian's testing
-# suite without touching the system). For each it starts a standalone
+# Runs shardlock's whole test suite against real servers, three times: on
+# Redis 7.0 (Debian's redis-server, the oldest server shardlock supports),
+# on Valkey 9 (scripts/valkey.sh fetches it from Debian's testing suite
+# without touching the system) and on Valkey 8.0 (SHARDLOCK_VALKEY=8
+# scripts/valkey.sh: bookworm-backports, no conditional commands, the Lua
+# paths on Valkey). For each it starts a standalone
 # server, a Sentinel and two 3-master, 3-replica clusters on 127.0.0.1
 # (installing redis-server, and Prometheus, promtool and Alertmanager from
 # Debian's packages, if they are missing), runs go test -race on every
@@ -10,7 +12,8 @@
 # runs gofmt, go vet and staticcheck (installed with go install at a pinned
 # version), and after the Redis row the fuzz target and every benchmark
 # once. A test that needs a server fails here rather than skips.
-# SHARDLOCK_SERVERS=redis (or valkey) runs one row only.
+# SHARDLOCK_SERVERS=redis (or valkey, or valkey8, or several) runs those
+# rows only.
 #
 #   scripts/test.sh                 # everything
 #   scripts/test.sh -run Stress     # extra arguments go to go test
@@ -24,7 +27,7 @@ if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/de
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq prometheus prometheus-alertmanager >/dev/null
 fi
-servers=${SHARDLOCK_SERVERS:-redis valkey}
+servers=${SHARDLOCK_SERVERS:-redis valkey valkey8}
 export SHARDLOCK_REQUIRE_REDIS=1 SHARDLOCK_REQUIRE_TOOLS=1
 
 echo "== gofmt -l ."
@@ -80,6 +83,13 @@ fi
 if [[ " $servers " == *" valkey "* ]]; then
   valkey_bin=$(scripts/valkey.sh)
   PATH="$valkey_bin:$PATH" row valkey "$PWD/.redis-test-valkey" "$@"
+  PATH="$valkey_bin:$PATH" scripts/redis-test-env.sh down
+  trap - EXIT
+fi
+
+if [[ " $servers " == *" valkey8 "* ]]; then
+  valkey_bin=$(SHARDLOCK_VALKEY=8 scripts/valkey.sh)
+  PATH="$valkey_bin:$PATH" row valkey8 "$PWD/.redis-test-valkey8" "$@"
   PATH="$valkey_bin:$PATH" scripts/redis-test-env.sh down
   trap - EXIT
 fi

@@ -11,11 +11,23 @@
 # The archive is the one this machine's apt already uses (the first URIs:
 # line of its Debian sources). The suite's versions move: the script checks
 # what the server says and fails on anything older than Valkey 9.0.
+#
+# SHARDLOCK_VALKEY=8 fetches Valkey 8.0 from bookworm-backports instead
+# (into .cache/valkey8; it runs on bookworm's own C library) and checks
+# that it is an 8.x.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-dir=${SHARDLOCK_VALKEY_DIR:-$repo/.cache/valkey}
-suite=${SHARDLOCK_VALKEY_SUITE:-forky}
-min_major=9
+if [ "${SHARDLOCK_VALKEY:-9}" = 8 ]; then
+  dir=${SHARDLOCK_VALKEY_DIR:-$repo/.cache/valkey8}
+  suite=bookworm-backports
+  min_major=8 max_major=8
+  packages=(valkey-tools) # the system's C library is the one it needs
+else
+  dir=${SHARDLOCK_VALKEY_DIR:-$repo/.cache/valkey}
+  suite=${SHARDLOCK_VALKEY_SUITE:-forky}
+  min_major=9 max_major=999
+  packages=(valkey-tools libc6)
+fi
 
 log() { printf 'valkey: %s\n' "$*" >&2; }
 
@@ -46,9 +58,9 @@ fetch() {
   echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $uri $suite main" >"$dir/apt/sources.list"
   o=(-o "Dir::Etc::sourcelist=$dir/apt/sources.list" -o Dir::Etc::sourceparts=- -o "Dir::State::Lists=$dir/apt/lists"
     -o "Dir::Cache=$dir/apt/cache" -o APT::Sandbox::User=root)
-  log "downloading valkey-tools and libc6 from $suite"
+  log "downloading ${packages[*]} from $suite"
   apt-get "${o[@]}" update -qq
-  (cd "$dir/deb" && apt-get "${o[@]}" download valkey-tools libc6 >/dev/null)
+  (cd "$dir/deb" && apt-get "${o[@]}" download "${packages[@]}" >/dev/null)
   for f in "$dir"/deb/*.deb; do dpkg -x "$f" "$dir/root"; done
 }
 
@@ -60,10 +72,17 @@ wrappers() {
       *-server) target=valkey-check-rdb argv0=valkey-server ;; # valkey-server picks its mode from argv[0]
       *) target=valkey-cli argv0=valkey-cli ;;
     esac
-    cat >"$bin/$name" <<EOF
+    if [ -e "$lib/ld-linux-x86-64.so.2" ]; then
+      cat >"$bin/$name" <<EOF
 #!/bin/sh
 exec "$lib/ld-linux-x86-64.so.2" --library-path "$lib:/lib/x86_64-linux-gnu" --argv0 $argv0 "$dir/root/usr/bin/$target" "\$@"
 EOF
+    else
+      cat >"$bin/$name" <<EOF
+#!/usr/bin/env bash
+exec -a $argv0 "$dir/root/usr/bin/$target" "\$@"
+EOF
+    fi
     chmod +x "$bin/$name"
   done
 }
@@ -72,8 +91,8 @@ check_version() {
   local v major
   v=$("$dir/bin/valkey-server" --version | sed -n 's/.*v=\([0-9][0-9.]*\).*/\1/p')
   major=${v%%.*}
-  if [ -z "$v" ] || [ "$major" -lt "$min_major" ]; then
-    log "the $suite suite gave Valkey '${v:-unknown}', older than $min_major.0"
+  if [ -z "$v" ] || [ "$major" -lt "$min_major" ] || [ "$major" -gt "$max_major" ]; then
+    log "the $suite suite gave Valkey '${v:-unknown}', not $min_major.x$([ "$max_major" = 999 ] && echo ' or later')"
     exit 1
   fi
   log "Valkey $v in $dir"
