@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/shardlock/shardlock/internal/testenv"
 	"github.com/shardlock/shardlock/manager"
@@ -70,6 +71,27 @@ func (h *nameHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	}
 }
 
+// nativeAndScript is what the tests of a native path against its script
+// run on: two Managers under one key prefix on their own clients of tg's
+// server, one at its defaults (the native kinds where the server has the
+// commands; h counts what its client sends) and one with
+// WithConditionalCommands(false), and a client of the test's own.
+type nativeAndScript struct {
+	admin          redis.UniversalClient
+	h              *nameHook
+	native, script *manager.Manager
+	prefix         string
+}
+
+func newNativeAndScript(t *testing.T, tg testenv.Target, name string) nativeAndScript {
+	p := nativeAndScript{admin: tg.Client(t), h: newNameHook(), prefix: testenv.Unique(name) + ":"}
+	nc, sc := tg.Client(t), tg.Client(t)
+	addHook(nc, p.h)
+	p.native = newManager(t, nc, manager.WithKeyPrefix(p.prefix), manager.WithOwner("native"))
+	p.script = newManager(t, sc, manager.WithKeyPrefix(p.prefix), manager.WithOwner("script"), manager.WithConditionalCommands(false))
+	return p
+}
+
 // errClass names which of the errors callers tell apart err matches.
 func errClass(err error) string {
 	switch {
@@ -98,13 +120,8 @@ func TestRealConditionalPathsAnswerAsTheScripts(t *testing.T) {
 	for _, tg := range []testenv.Target{testenv.Targets()[0], testenv.Targets()[2]} {
 		t.Run(tg.Name, func(t *testing.T) {
 			ctx := ctxT(t)
-			admin := tg.Client(t)
-			nc, sc := tg.Client(t), tg.Client(t)
-			h := newNameHook()
-			addHook(nc, h)
-			prefix := testenv.Unique("cond") + ":"
-			native := newManager(t, nc, manager.WithKeyPrefix(prefix), manager.WithOwner("native"))
-			script := newManager(t, sc, manager.WithKeyPrefix(prefix), manager.WithOwner("script"), manager.WithConditionalCommands(false))
+			p := newNativeAndScript(t, tg, "cond")
+			admin, h, native, script := p.admin, p.h, p.native, p.script
 			// spoil does to the key what the case is about, after the lock
 			// was taken.
 			cases := []struct {
@@ -253,6 +270,17 @@ func TestRealRenamedDelifeqFallsBack(t *testing.T) {
 		t.Skip("DELIFEQ is Valkey 9's: Redis 7 refuses to rename a command it does not have")
 	}
 	renamed := []string{"--rename-command", "DELIFEQ", ""}
+	// onOwnServer starts a server of the test's own with args and makes a
+	// Manager on it, whose commands h counts and whose log logs holds.
+	onOwnServer := func(t *testing.T, args ...string) (*testenv.Server, *redis.Client, *nameHook, *manager.Manager, *observer.ObservedLogs) {
+		srv := testenv.StartServerWith(t, args...)
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = c.Close() })
+		h := newNameHook()
+		c.AddHook(h)
+		log, logs := observedLogger()
+		return srv, c, h, newManager(t, c, manager.WithLogger(log)), logs
+	}
 	cycle := func(t *testing.T, ctx context.Context, m *manager.Manager, n int) {
 		t.Helper()
 		for i := range n {
@@ -267,13 +295,7 @@ func TestRealRenamedDelifeqFallsBack(t *testing.T) {
 	}
 	t.Run("renamed before New", func(t *testing.T) {
 		ctx := ctxT(t)
-		srv := testenv.StartServerWith(t, renamed...)
-		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
-		defer c.Close()
-		h := newNameHook()
-		c.AddHook(h)
-		log, logs := observedLogger()
-		m := newManager(t, c, manager.WithLogger(log))
+		_, _, h, m, logs := onOwnServer(t, renamed...)
 		cycle(t, ctx, m, 3)
 		if n := h.count("delifeq"); n != 0 {
 			t.Errorf("%d DELIFEQ sent to a server without it", n)
@@ -288,13 +310,7 @@ func TestRealRenamedDelifeqFallsBack(t *testing.T) {
 	t.Run("renamed after New, then back", func(t *testing.T) {
 		manager.SetConditionalRecheck(t, 100*time.Millisecond)
 		ctx := ctxT(t)
-		srv := testenv.StartServer(t)
-		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
-		defer c.Close()
-		h := newNameHook()
-		c.AddHook(h)
-		log, logs := observedLogger()
-		m := newManager(t, c, manager.WithLogger(log))
+		srv, c, h, m, logs := onOwnServer(t)
 		cycle(t, ctx, m, 1)
 		if n := h.count("delifeq"); n != 1 {
 			t.Fatalf("%d DELIFEQ before the restart, want 1", n)
@@ -486,13 +502,8 @@ func TestRealMsetexBatchAnswersAsTheScript(t *testing.T) {
 	for _, tg := range []testenv.Target{testenv.Targets()[0], testenv.Targets()[2]} {
 		t.Run(tg.Name, func(t *testing.T) {
 			ctx := ctxT(t)
-			admin := tg.Client(t)
-			nc, sc := tg.Client(t), tg.Client(t)
-			h := newNameHook()
-			addHook(nc, h)
-			prefix := testenv.Unique("msetex") + ":"
-			native := newManager(t, nc, manager.WithKeyPrefix(prefix), manager.WithOwner("native"))
-			script := newManager(t, sc, manager.WithKeyPrefix(prefix), manager.WithOwner("script"), manager.WithConditionalCommands(false))
+			p := newNativeAndScript(t, tg, "msetex")
+			admin, h, native, script, prefix := p.admin, p.h, p.native, p.script, p.prefix
 			cases := []struct {
 				name  string
 				spoil func(t *testing.T, key string) // done to the batch's second key first

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/shardlock/shardlock/internal/benchkit"
 	"github.com/shardlock/shardlock/internal/testenv"
 	"github.com/shardlock/shardlock/manager"
 )
@@ -29,16 +30,7 @@ func miniClient(t testing.TB) (*miniredis.Miniredis, *redis.Client) {
 // newManager returns a Manager closed at cleanup (before the client: cleanups run last-in first-out).
 func newManager(t testing.TB, c redis.UniversalClient, opts ...manager.Option) *manager.Manager {
 	t.Helper()
-	m, err := manager.New(context.Background(), c, opts...)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = m.Close(ctx)
-	})
-	return m
+	return benchkit.NewManager(t, c, opts...)
 }
 
 func observedLogger() (*zap.Logger, *observer.ObservedLogs) {

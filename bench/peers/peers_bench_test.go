@@ -102,16 +102,7 @@ func clients(b *testing.B, t target, n int) []redis.UniversalClient {
 func shardlockOp(b *testing.B, t target, n int) benchkit.Op {
 	var ms []*manager.Manager
 	for _, c := range clients(b, t, n) {
-		m, err := manager.New(context.Background(), c)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_ = m.Close(ctx)
-		})
-		ms = append(ms, m)
+		ms = append(ms, benchkit.NewManager(b, c))
 	}
 	return benchkit.Managers(ms)
 }
@@ -123,21 +114,15 @@ func redsyncOp(b *testing.B, t target, n int) benchkit.Op {
 	}
 	return func(w int, run string) (time.Duration, error) {
 		mu := rs[w%len(rs)].NewMutex("redsync:{" + benchkit.FreshKey(run, w) + "}")
-		ctx, cancel := context.WithTimeout(context.Background(), benchkit.CallTimeout)
-		start := time.Now()
-		err := mu.LockContext(ctx)
-		d := time.Since(start)
-		cancel()
-		if err != nil {
-			return d, err
-		}
-		ctx, cancel = context.WithTimeout(context.Background(), benchkit.CallTimeout)
-		defer cancel()
-		ok, err := mu.UnlockContext(ctx)
-		if err == nil && !ok {
-			err = fmt.Errorf("redsync: unlock of %s did nothing", mu.Name())
-		}
-		return d, err
+		return benchkit.Pair(func(ctx context.Context) (func(context.Context) error, error) {
+			return func(ctx context.Context) error {
+				ok, err := mu.UnlockContext(ctx)
+				if err == nil && !ok {
+					err = fmt.Errorf("redsync: unlock of %s did nothing", mu.Name())
+				}
+				return err
+			}, mu.LockContext(ctx)
+		})
 	}
 }
 
@@ -147,17 +132,13 @@ func redislockOp(b *testing.B, t target, n int) benchkit.Op {
 		ls = append(ls, redislock.New(c))
 	}
 	return func(w int, run string) (time.Duration, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), benchkit.CallTimeout)
-		start := time.Now()
-		l, err := ls[w%len(ls)].Obtain(ctx, "redislock:{"+benchkit.FreshKey(run, w)+"}", lockTTL, nil)
-		d := time.Since(start)
-		cancel()
-		if err != nil {
-			return d, err
-		}
-		ctx, cancel = context.WithTimeout(context.Background(), benchkit.CallTimeout)
-		defer cancel()
-		return d, l.Release(ctx)
+		return benchkit.Pair(func(ctx context.Context) (func(context.Context) error, error) {
+			l, err := ls[w%len(ls)].Obtain(ctx, "redislock:{"+benchkit.FreshKey(run, w)+"}", lockTTL, nil)
+			if err != nil {
+				return nil, err
+			}
+			return l.Release, nil
+		})
 	}
 }
 

@@ -53,15 +53,7 @@ func BenchmarkRueidisFloor(b *testing.B) {
 			gc := target.gored()
 			b.Cleanup(func() { _ = gc.Close() })
 			servers := benchkit.ServersOf(b, gc)
-			m, err := manager.New(context.Background(), gc)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				defer cancel()
-				_ = m.Close(ctx)
-			})
+			m := benchkit.NewManager(b, gc)
 			impls := []struct {
 				name string
 				op   benchkit.Op

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/shardlock/shardlock/manager"
 )
 
@@ -179,4 +181,37 @@ func ManagersWith(newCtx CallContext, ms []*manager.Manager) Op {
 		defer cancel()
 		return d, l.Release(ctx)
 	}
+}
+
+// NewManager makes a Manager on c with opts for a benchmark's run, closed
+// when b ends, or fails b.
+func NewManager(b testing.TB, c redis.UniversalClient, opts ...manager.Option) *manager.Manager {
+	b.Helper()
+	m, err := manager.New(context.Background(), c, opts...)
+	if err != nil {
+		b.Fatalf("New: %v", err)
+	}
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = m.Close(ctx)
+	})
+	return m
+}
+
+// Pair makes one acquire+release the way a service does, each call under
+// its own deadline of CallTimeout: acquire, which returns the release, and
+// then that. It returns how long the acquire took, and the first error.
+func Pair(acquire func(ctx context.Context) (release func(context.Context) error, err error)) (time.Duration, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), CallTimeout)
+	start := time.Now()
+	release, err := acquire(ctx)
+	d := time.Since(start)
+	cancel()
+	if err != nil {
+		return d, err
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), CallTimeout)
+	defer cancel()
+	return d, release(ctx)
 }

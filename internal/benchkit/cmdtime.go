@@ -42,18 +42,7 @@ func CommandTime(b *testing.B, c redis.UniversalClient, inner ...string) func() 
 			mu.Unlock()
 			return nil
 		}
-		var err error
-		switch c := c.(type) {
-		case *redis.ClusterClient:
-			err = c.ForEachMaster(ctx, add)
-		case *redis.Client:
-			err = add(ctx, c)
-		default:
-			b.Fatalf("CommandTime: %T", c)
-		}
-		if err != nil {
-			b.Fatal(err)
-		}
+		eachServer(b, ctx, c, true, add)
 		return total
 	}
 }

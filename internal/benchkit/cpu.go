@@ -49,19 +49,30 @@ func ServersOf(b *testing.B, c redis.UniversalClient) Servers {
 		}
 		return nil
 	}
+	eachServer(b, ctx, c, false, add)
+	return pids
+}
+
+// eachServer runs fn on every server c talks to (mastersOnly: a cluster's
+// masters; else its replicas too), concurrently on a cluster, or fails b.
+func eachServer(b *testing.B, ctx context.Context, c redis.UniversalClient, mastersOnly bool, fn func(context.Context, *redis.Client) error) {
+	b.Helper()
 	var err error
 	switch c := c.(type) {
 	case *redis.ClusterClient:
-		err = c.ForEachShard(ctx, add)
+		if mastersOnly {
+			err = c.ForEachMaster(ctx, fn)
+		} else {
+			err = c.ForEachShard(ctx, fn)
+		}
 	case *redis.Client:
-		err = add(ctx, c)
+		err = fn(ctx, c)
 	default:
-		b.Fatalf("ServersOf: %T", c)
+		b.Fatalf("benchkit: a %T", c)
 	}
 	if err != nil {
 		b.Fatal(err)
 	}
-	return pids
 }
 
 // usage is what a run reads of the CPU time (user and system) used so far
