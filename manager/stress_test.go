@@ -23,8 +23,8 @@ type section struct {
 }
 
 // TestRealMutualExclusionStress: 8 managers, each with its own cluster
-// client, 8 goroutines each, contend for 4 resources for 4 s with short
-// TTLs and the watchdog on. Every critical section does a non-atomic
+// client, 8 goroutines each, contend for 4 resources for 4 s with 1 s
+// TTLs (see TestRealRWExclusionStress) and the watchdog on. Every critical section does a non-atomic
 // read-modify-write of a counter in Redis and records its interval. The
 // counters must equal the number of sections, no two sections on one
 // resource may overlap, and with fencing fences must rise in acquisition
@@ -62,7 +62,7 @@ func mutualExclusionStress(t *testing.T, fencing bool) {
 	for i := range managers {
 		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 		t.Cleanup(func() { _ = c.Close() })
-		m := newManager(t, c, manager.WithTTL(300*time.Millisecond), manager.WithFencing(fencing),
+		m := newManager(t, c, manager.WithTTL(time.Second), manager.WithFencing(fencing),
 			manager.WithOwner(fmt.Sprintf("stress-%d", i)),
 			manager.WithRetry(manager.ExponentialBackoff(time.Millisecond, 20*time.Millisecond)))
 		for range workers {
