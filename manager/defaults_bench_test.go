@@ -98,8 +98,8 @@ func BenchmarkDefaultsAlternating(b *testing.B) {
 			if hasDelIfEq(b, f.clients[0]) {
 				// Valkey 9: the native floor too (SET NX PX, DELIFEQ).
 				pairs = append(pairs,
-					benchPair{"1manager-vs-native-autopipeline", benchkit.Managers(f.managers[:1]), nativeFloorTimed(f.aps[0]), []int{16, 64, 256}},
-					benchPair{"4managers-vs-4native-autopipelines", benchkit.Managers(f.managers), nativeFloorTimed(f.aps...), []int{16, 64, 256}})
+					benchPair{"1manager-vs-native-autopipeline", benchkit.Managers(f.managers[:1]), nativeFloorTimed(f.aps[0]), []int{1, 16, 64, 256}},
+					benchPair{"4managers-vs-4native-autopipelines", benchkit.Managers(f.managers), nativeFloorTimed(f.aps...), []int{1, 16, 64, 256}})
 			}
 			for _, p := range pairs {
 				for _, g := range p.gs {
