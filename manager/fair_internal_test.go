@@ -326,7 +326,7 @@ func transferredToWaiter(t *testing.T) (*miniredis.Miniredis, *Manager, *Lock, *
 // late its waiter gets to it: dropped, nothing would hand it over again.
 func TestLateTransferOnClaimIsTakenUp(t *testing.T) {
 	_, m, holder, q, w := localWaiter(t)
-	holder.rn.claimed = true
+	holder.w.rn.claimed = true
 	m.queues.acquired(q, nil, holder)
 	h := m.queues.nextForRelease(holder)
 	if !m.queues.transfer(holder, h) {

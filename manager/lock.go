@@ -33,18 +33,29 @@ func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecon
 // newLock makes the Lock of a successful acquire. tokenArg is token boxed
 // as an interface (shared with the acquire's command, so it is boxed once).
 func (m *Manager) newLock(kind lockKind, resource, key, token string, tokenArg any, fence uint64, acquiredAt, validFrom time.Time, ac *acquireConfig) *Lock {
-	l := &Lock{
-		m: m, kind: kind, resource: resource, key: key, token: token, fence: fence, acquiredAt: acquiredAt,
-		keys: [1]string{key}, args: [1]any{tokenArg}, cls: ac.cls,
-		ttl: ac.ttl, validUntil: monoOf(validFrom).Add(ac.ttl - drift(ac.ttl)), watchdog: ac.watchdog,
-		rn: renewState{interval: ac.interval, fixedInterval: m.cfg.renewInterval > 0,
-			lastSent: monoOf(validFrom), next: monoOf(validFrom).Add(ac.interval)},
-		wd: watchEntry{idx: idxNone},
+	a := &lockAndWatch{
+		l: Lock{
+			m: m, kind: kind, resource: resource, key: key, token: token, fence: fence, acquiredAt: acquiredAt,
+			keys: [1]string{key}, args: [1]any{tokenArg}, cls: ac.cls,
+			ttl: ac.ttl, validUntil: monoOf(validFrom).Add(ac.ttl - drift(ac.ttl)),
+		},
+		w: watch{
+			rn: renewState{interval: ac.interval, fixedInterval: m.cfg.renewInterval > 0, watchdog: ac.watchdog,
+				lastSent: monoOf(validFrom), next: monoOf(validFrom).Add(ac.interval)},
+			wd: watchEntry{idx: idxNone},
+		},
 	}
 	if ac.maxHold > 0 {
-		l.maxHoldAt = monoOf(acquiredAt).Add(ac.maxHold)
+		a.w.rn.maxHoldAt = monoOf(acquiredAt).Add(ac.maxHold)
 	}
-	return l
+	a.l.w = &a.w
+	return &a.l
+}
+
+// lockAndWatch is a Lock and its watchdog entry in one allocation.
+type lockAndWatch struct {
+	l Lock
+	w watch
 }
 
 // claimValidity is how long a lock taken on the claim lease is valid by
@@ -65,9 +76,9 @@ const claimConfirmMargin = 3 * scripts.ClaimLease / 4
 // while its confirmation is in flight cancels nothing: the renewal then
 // finds the key released and is ignored.
 func (l *Lock) onClaim(validFrom time.Time) {
-	l.rn.claimed = true
+	l.w.rn.claimed = true
 	l.validUntil = monoOf(validFrom).Add(min(claimValidity, l.ttl-drift(l.ttl)))
-	l.rn.next = max(monoOf(validFrom), l.validUntil.Add(-claimConfirmMargin))
+	l.w.rn.next = max(monoOf(validFrom), l.validUntil.Add(-claimConfirmMargin))
 }
 
 // takeOver makes l, not shared yet, a lock handed over in this process
@@ -76,8 +87,8 @@ func (l *Lock) onClaim(validFrom time.Time) {
 // confirmation is due as onClaim has it, counted from that validity.
 func (l *Lock) takeOver(validUntil mono) {
 	l.validUntil = validUntil
-	if l.rn.claimed {
-		l.rn.next = max(monoNow(), validUntil.Add(-claimConfirmMargin))
+	if l.w.rn.claimed {
+		l.w.rn.next = max(monoNow(), validUntil.Add(-claimConfirmMargin))
 	}
 }
 
@@ -244,7 +255,7 @@ func (l *Lock) markLost(cause error) bool {
 	}
 	l.state = stateLost
 	l.err = lost(cause)
-	err, watched := l.err, l.rn.watched
+	err, watched := l.err, l.w.rn.watched
 	l.mu.Unlock()
 	if l.cls != nil {
 		l.cls.Lost(time.Since(l.acquiredAt), lostReason(cause))
@@ -328,9 +339,9 @@ func (l *Lock) Extend(ctx context.Context, ttl time.Duration) error {
 		return err
 	}
 	l.mu.Lock()
-	if l.rn.fixedInterval && l.rn.interval >= ttl {
+	if l.w.rn.fixedInterval && l.w.rn.interval >= ttl {
 		l.mu.Unlock()
-		return invalid("ttl", "%v must exceed the renew interval %v", ttl, l.rn.interval)
+		return invalid("ttl", "%v must exceed the renew interval %v", ttl, l.w.rn.interval)
 	}
 	if err := l.heldErrLocked(); err != nil {
 		l.mu.Unlock()
@@ -415,19 +426,19 @@ func (m *Manager) extendWait(ctx context.Context, l *Lock, ttlMs string) (int64,
 func (l *Lock) renewed(sentAtTime time.Time, ttl time.Duration) {
 	sentAt := monoOf(sentAtTime)
 	l.mu.Lock()
-	if l.state != stateHeld || sentAt.Before(l.rn.lastSent) {
+	if l.state != stateHeld || sentAt.Before(l.w.rn.lastSent) {
 		l.mu.Unlock()
 		return
 	}
-	l.rn.lastSent = sentAt
+	l.w.rn.lastSent = sentAt
 	l.ttl = ttl
-	if !l.rn.fixedInterval {
-		l.rn.interval = ttl / 3
+	if !l.w.rn.fixedInterval {
+		l.w.rn.interval = ttl / 3
 	}
 	l.validUntil = sentAt.Add(ttl - drift(ttl))
-	l.rn.next = sentAt.Add(l.rn.interval)
-	l.rn.fails = 0
-	l.rn.claimed = false
+	l.w.rn.next = sentAt.Add(l.w.rn.interval)
+	l.w.rn.fails = 0
+	l.w.rn.claimed = false
 	due, slack := l.nextDueLocked()
 	l.mu.Unlock()
 	l.m.sched.schedule(l, due, slack)

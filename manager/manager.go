@@ -112,16 +112,12 @@ type Lock struct {
 	cause      error // why Context is (or is to be) cancelled; nil while it lives
 	ttl        time.Duration
 	validUntil mono  // by this process's monotonic clock
-	maxHoldAt  mono  // zero: no max hold
 	err        error // why Done closed; after a release, see releaseErrLocked
 	replicas   int
 	state      uint8
 	finished   bool // Done is (or is to be) closed
-	maxFired   bool
-	watchdog   bool
 
-	rn renewState // the watchdog's renewal bookkeeping, under mu
-	wd watchEntry // the watchdog's, under its mutex
+	w *watch // the watchdog's entry (renewal.go), allocated with the Lock
 }
 
 // lockSignals are the channels a holder may wait on.

@@ -245,7 +245,7 @@ func (lq *localQueues) transfer(l *Lock, h handover) bool {
 		return false
 	}
 	l.mu.Lock()
-	claimed, until := l.rn.claimed, l.validUntil
+	claimed, until := l.w.rn.claimed, l.validUntil
 	l.mu.Unlock()
 	if left := until.Sub(monoNow()); left < l.ttl/2 && (!claimed || left < scripts.ClaimLease/2) {
 		return false

@@ -163,7 +163,7 @@ func (l *Lock) beginRelease() bool {
 		return false
 	}
 	l.state = stateReleasing
-	watched := l.rn.watched
+	watched := l.w.rn.watched
 	l.mu.Unlock()
 	if watched {
 		l.m.sched.remove(l)
@@ -258,7 +258,7 @@ func (l *Lock) startRelease(ctx context.Context) (validUntil time.Time, first bo
 		return time.Time{}, false, l.releaseErrLocked()
 	}
 	l.state = stateReleasing
-	validUntil, watched := l.validUntil.Time(), l.rn.watched
+	validUntil, watched := l.validUntil.Time(), l.w.rn.watched
 	l.mu.Unlock()
 	if watched {
 		l.m.sched.remove(l) // else the scheduler drops it from its incoming list

@@ -29,6 +29,11 @@ type renewState struct {
 	// never delays the loss.
 	renewing bool
 	fails    int // renewals failed in a row, for the backoff and the log
+	// watchdog: the watchdog renews the lock (WithWatchdog); without it,
+	// only a claim lease's confirmation is sent.
+	watchdog  bool
+	maxHoldAt mono // when the watchdog stops renewing (WithMaxHold); zero: never
+	maxFired  bool // the max hold has passed: no more renewals
 }
 
 // watchEntry is the scheduler's bookkeeping of a lock it watches: when it
@@ -38,4 +43,14 @@ type watchEntry struct {
 	due   mono
 	slack time.Duration // how early a renewal may go, to share a pipeline
 	idx   int           // in the heap, or idxNone, idxProcessing, idxIncoming
+}
+
+// watch is the watchdog's entry for one lock: its renewals (under the
+// lock's mutex) and its place in the scheduler (under the scheduler's). The
+// Lock, which holds what its holder sees, points to it; newLock allocates
+// the two together, so a lock still costs one allocation. The scheduler
+// renews a lock with the Lock's kind, keys and token.
+type watch struct {
+	rn renewState
+	wd watchEntry
 }

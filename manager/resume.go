@@ -90,7 +90,7 @@ func (l *Lock) Forget() error {
 		return err
 	}
 	l.state, l.err = stateLost, ErrForgotten
-	watched := l.rn.watched
+	watched := l.w.rn.watched
 	l.endLocked(ErrForgotten, true)
 	l.mu.Unlock()
 	if watched {

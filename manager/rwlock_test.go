@@ -432,7 +432,10 @@ func TestRealRWInspect(t *testing.T) {
 // reader keeps its share.
 func TestRealRWWatchdog(t *testing.T) {
 	forEachTarget(t, func(t *testing.T, c redis.UniversalClient) {
-		m := newManager(t, c, manager.WithTTL(300*time.Millisecond))
+		// A TTL of 1 s: short, yet past the pauses a busy 2-core machine
+		// under -race gives a process (see TestRealRWExclusionStress).
+		const ttl = time.Second
+		m := newManager(t, c, manager.WithTTL(ttl))
 		ctx := ctxT(t)
 		res := testenv.Unique("rwwd")
 		r1, _ := m.TryAcquireRead(ctx, res)
@@ -446,7 +449,7 @@ func TestRealRWWatchdog(t *testing.T) {
 			return err1 == nil && err2 == nil && d1 > 0 && d2 > 0
 		}
 		// Three TTLs later both shares are alive: renewed.
-		deadline := time.Now().Add(900 * time.Millisecond)
+		deadline := time.Now().Add(3 * ttl)
 		for time.Now().Before(deadline) {
 			if !renewed() {
 				t.Fatal("a reader's share ran out under the watchdog")

@@ -48,7 +48,7 @@ func (s *scheduler) add(l *Lock) bool {
 		s.mu.Unlock()
 		return false
 	}
-	l.wd.due, l.wd.slack, l.wd.idx = due, slack, idxIncoming
+	l.w.wd.due, l.w.wd.slack, l.w.wd.idx = due, slack, idxIncoming
 	s.incoming = append(s.incoming, l)
 	wake := due.Before(s.sleepUntil) || len(s.incoming) >= drainAt
 	s.mu.Unlock()
@@ -66,11 +66,11 @@ func (s *scheduler) schedule(l *Lock, due mono, slack time.Duration) {
 		return
 	}
 	switch {
-	case l.wd.idx >= 0:
-		l.wd.due, l.wd.slack = due, slack
-		heap.Fix(&s.locks, l.wd.idx)
-	case l.wd.idx == idxIncoming:
-		l.wd.due, l.wd.slack = due, slack
+	case l.w.wd.idx >= 0:
+		l.w.wd.due, l.w.wd.slack = due, slack
+		heap.Fix(&s.locks, l.w.wd.idx)
+	case l.w.wd.idx == idxIncoming:
+		l.w.wd.due, l.w.wd.slack = due, slack
 	default:
 		return
 	}
@@ -84,8 +84,8 @@ func (s *scheduler) schedule(l *Lock, due mono, slack time.Duration) {
 func (s *scheduler) remove(l *Lock) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if l.wd.idx >= 0 {
-		heap.Remove(&s.locks, l.wd.idx)
+	if l.w.wd.idx >= 0 {
+		heap.Remove(&s.locks, l.w.wd.idx)
 	}
 }
 
@@ -94,12 +94,12 @@ func (s *scheduler) drainLocked() {
 	for i, l := range s.incoming {
 		l.mu.Lock()
 		held := l.state == stateHeld
-		l.rn.watched = held // under l.mu: Release and markLost read it there
+		l.w.rn.watched = held // under l.mu: Release and markLost read it there
 		l.mu.Unlock()
 		if held {
 			heap.Push(&s.locks, l)
 		} else {
-			l.wd.idx = idxNone
+			l.w.wd.idx = idxNone
 		}
 		s.incoming[i] = nil
 	}
@@ -125,7 +125,7 @@ func (s *scheduler) take() ([]*Lock, []orphan) {
 	locks := make([]*Lock, len(s.locks))
 	copy(locks, s.locks)
 	for _, l := range locks {
-		l.wd.idx = -1
+		l.w.wd.idx = -1
 	}
 	s.locks = nil
 	orphans := s.orphans
@@ -141,7 +141,7 @@ func (s *scheduler) eachHeld(yield func(c *metrics.Class, acquiredAt time.Time))
 	defer s.mu.Unlock()
 	for i, list := range [][]*Lock{s.locks, s.incoming, s.inFlight} {
 		for _, l := range list {
-			if i == 2 && l.wd.idx != idxProcessing {
+			if i == 2 && l.w.wd.idx != idxProcessing {
 				continue // back in the heap already: counted there
 			}
 			l.mu.Lock()
@@ -155,15 +155,15 @@ func (s *scheduler) eachHeld(yield func(c *metrics.Class, acquiredAt time.Time))
 }
 
 func (h lockHeap) Len() int           { return len(h) }
-func (h lockHeap) Less(i, j int) bool { return h[i].wd.due < h[j].wd.due }
+func (h lockHeap) Less(i, j int) bool { return h[i].w.wd.due < h[j].w.wd.due }
 func (h lockHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
-	h[i].wd.idx = i
-	h[j].wd.idx = j
+	h[i].w.wd.idx = i
+	h[j].w.wd.idx = j
 }
 func (h *lockHeap) Push(x any) {
 	l := x.(*Lock)
-	l.wd.idx = len(*h)
+	l.w.wd.idx = len(*h)
 	*h = append(*h, l)
 }
 func (h *lockHeap) Pop() any {
@@ -171,7 +171,7 @@ func (h *lockHeap) Pop() any {
 	n := len(old)
 	l := old[n-1]
 	old[n-1] = nil
-	l.wd.idx = -1
+	l.w.wd.idx = -1
 	*h = old[:n-1]
 	return l
 }
@@ -182,11 +182,11 @@ func (h *lockHeap) Pop() any {
 // failed renewal, the max hold and the end of validity may not.
 func (l *Lock) nextDueLocked() (mono, time.Duration) {
 	due, slack := l.validUntil, time.Duration(0)
-	if (l.watchdog || l.rn.claimed) && !l.maxFired && !l.rn.renewing && l.rn.next.Before(due) {
-		due, slack = l.rn.next, l.renewSlackLocked()
+	if (l.w.rn.watchdog || l.w.rn.claimed) && !l.w.rn.maxFired && !l.w.rn.renewing && l.w.rn.next.Before(due) {
+		due, slack = l.w.rn.next, l.renewSlackLocked()
 	}
-	if !l.maxHoldAt.IsZero() && !l.maxFired && l.maxHoldAt.Before(due) {
-		due, slack = l.maxHoldAt, 0
+	if !l.w.rn.maxHoldAt.IsZero() && !l.w.rn.maxFired && l.w.rn.maxHoldAt.Before(due) {
+		due, slack = l.w.rn.maxHoldAt, 0
 	}
 	return due, slack
 }
@@ -196,10 +196,10 @@ func (l *Lock) nextDueLocked() (mono, time.Duration) {
 // after a failed renewal, which keeps its backoff, nor for the confirmation
 // of a claim lease, which a release within the lease makes unnecessary.
 func (l *Lock) renewSlackLocked() time.Duration {
-	if l.rn.fails > 0 || l.rn.claimed {
+	if l.w.rn.fails > 0 || l.w.rn.claimed {
 		return 0
 	}
-	return l.rn.interval / 4
+	return l.w.rn.interval / 4
 }
 
 // collect pops the locks due now (or within a quarter of their renew
@@ -211,14 +211,14 @@ func (s *scheduler) collect(now time.Time) (due []*Lock, orphans []orphan, next 
 	s.drainLocked()
 	for len(s.locks) > 0 {
 		l := s.locks[0]
-		if l.wd.due.After(monoOf(now).Add(l.wd.slack)) {
-			next = l.wd.due.Time()
+		if l.w.wd.due.After(monoOf(now).Add(l.w.wd.slack)) {
+			next = l.w.wd.due.Time()
 			break
 		}
 		due = append(due, l)
 		heap.Pop(&s.locks)
 		s.inFlight = append(s.inFlight, l)
-		l.wd.idx = idxProcessing // schedule() may not move it, remove() need not
+		l.w.wd.idx = idxProcessing // schedule() may not move it, remove() need not
 	}
 	kept := s.orphans[:0]
 	for _, o := range s.orphans {
@@ -262,12 +262,12 @@ func (s *scheduler) reinsert(l *Lock, due mono, slack time.Duration) {
 	l.mu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if l.wd.idx >= 0 || !held {
-		if l.wd.idx == idxProcessing {
-			l.wd.idx = idxNone
+	if l.w.wd.idx >= 0 || !held {
+		if l.w.wd.idx == idxProcessing {
+			l.w.wd.idx = idxNone
 		}
 		return
 	}
-	l.wd.due, l.wd.slack = due, slack
+	l.w.wd.due, l.w.wd.slack = due, slack
 	heap.Push(&s.locks, l)
 }

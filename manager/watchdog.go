@@ -17,10 +17,10 @@ import (
 // renewDueLocked reports whether the watchdog should send a renewal of l
 // at now: one is due (within its slack) and none is in flight.
 func (l *Lock) renewDueLocked(now mono) bool {
-	if (!l.watchdog && !l.rn.claimed) || l.maxFired || l.rn.renewing {
+	if (!l.w.rn.watchdog && !l.w.rn.claimed) || l.w.rn.maxFired || l.w.rn.renewing {
 		return false
 	}
-	return !now.Add(l.renewSlackLocked()).Before(l.rn.next)
+	return !now.Add(l.renewSlackLocked()).Before(l.w.rn.next)
 }
 
 func (m *Manager) runWatchdog() {
@@ -79,25 +79,25 @@ func (m *Manager) renewDue(nowTime time.Time, due []*Lock, orphans []orphan) {
 			l.mu.Unlock()
 			continue
 		}
-		if !l.maxHoldAt.IsZero() && !l.maxFired && !now.Before(l.maxHoldAt) {
-			l.maxFired = true
+		if !l.w.rn.maxHoldAt.IsZero() && !l.w.rn.maxFired && !now.Before(l.w.rn.maxHoldAt) {
+			l.w.rn.maxFired = true
 			l.endLocked(ErrMaxHoldExceeded, false)
 			l.mu.Unlock()
 			m.log.Warn("lock reached its max hold; no longer renewed", m.fields(context.Background(), "max_hold", l)...)
 			l.mu.Lock()
 		}
 		if !now.Before(l.validUntil) {
-			fails := l.rn.fails
+			fails := l.w.rn.fails
 			l.mu.Unlock()
 			var cause error = &validityError{fails: fails}
-			if l.maxFired {
+			if l.w.rn.maxFired {
 				cause = ErrMaxHoldExceeded
 			}
 			l.markLost(cause)
 			continue
 		}
 		if l.renewDueLocked(now) {
-			l.rn.renewing = true
+			l.w.rn.renewing = true
 			r := renewal{l: l, ttl: l.ttl, sentAt: time.Now()}
 			if deadline.IsZero() || l.validUntil.Time().Before(deadline) {
 				deadline = l.validUntil.Time()
@@ -144,8 +144,8 @@ func (m *Manager) renewResult(r renewal, c transport.ScriptCall) {
 	l := r.l
 	res, err := c.Cmd.Int64()
 	l.mu.Lock()
-	l.rn.renewing = false
-	fails := l.rn.fails
+	l.w.rn.renewing = false
+	fails := l.w.rn.fails
 	l.mu.Unlock()
 	switch {
 	case err == nil && res == scripts.Done:
@@ -178,9 +178,9 @@ func (m *Manager) renewResult(r renewal, c transport.ScriptCall) {
 	// success or the loss says how many failed.
 	l.cls.Renewed(metrics.ReasonRedisError)
 	l.mu.Lock()
-	l.rn.fails++
-	fails = l.rn.fails
-	l.rn.next = monoNow().Add(min(transport.TransientBackoff(fails), l.rn.interval))
+	l.w.rn.fails++
+	fails = l.w.rn.fails
+	l.w.rn.next = monoNow().Add(min(transport.TransientBackoff(fails), l.w.rn.interval))
 	l.mu.Unlock()
 	if fails == 1 {
 		m.log.Warn("lock renewal failed; retrying until it succeeds or the lock's validity runs out",
