@@ -8,8 +8,9 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/shardlock/shardlock/internal/transport"
 	"go.uber.org/zap"
+
+	"github.com/shardlock/shardlock/internal/transport"
 )
 
 // The Manager's use of the newer servers' commands (servercmds.go): which

@@ -26,7 +26,8 @@ var kindBatchNative lockKind = batchNativeKind{}
 type batchNativeKind struct{ batchKind }
 
 func (k batchNativeKind) attempt(m *Manager, ctx context.Context, a attemptArgs) (attemptResult, error) {
-	if a.first && !a.ac.fencing && m.cfg.replicas == 0 && m.msetex.Load() {
+	// acquireBatch chose this kind for an unfenced batch only.
+	if a.first && m.cfg.replicas == 0 && m.msetex.Load() {
 		keys := a.tg.batch.keys
 		args := make([]any, 0, 2+2*len(keys)+3)
 		args = append(args, "msetex", strconv.Itoa(len(keys)))
