@@ -425,6 +425,22 @@ func otherMaster(t *testing.T, ctx context.Context, c *redis.ClusterClient, not 
 	return ""
 }
 
+// replicasOf returns the replicas of the master at addr.
+func replicasOf(t *testing.T, ctx context.Context, c *redis.ClusterClient, addr string) []string {
+	t.Helper()
+	slots, err := slotmap.Read(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range slots {
+		if r.Master == addr {
+			return r.Replicas
+		}
+	}
+	t.Fatalf("%s serves no slot", addr)
+	return nil
+}
+
 // pidOf returns the process id and port of the server at addr, started by
 // scripts/redis-test-env.sh under dir.
 func pidOf(t *testing.T, dir, addr string) (pid, port string) {
@@ -679,13 +695,25 @@ func TestFaults(t *testing.T) {
 	}
 
 	// Another master paused (SIGSTOP) past the node timeout: the cluster
-	// marks it failed and, until its replica takes over (or it resumes),
-	// every master answers CLUSTERDOWN, the workload's one included.
+	// marks it failed and, until it resumes, every master answers
+	// CLUSTERDOWN, the workload's one included. Its replicas are told not
+	// to take over meanwhile (cluster-replica-no-failover): a takeover can
+	// come so soon after the failure report that the cluster is never seen
+	// down, and it leaves the resumed node a replica.
 	t.Run("cluster down", func(t *testing.T) {
 		tag := testenv.Unique("down")
 		res := []string{"{" + tag + "}:a", "{" + tag + "}:b", "{" + tag + "}:x,{" + tag + "}:y", "rw:{" + tag + "}:d"}
 		mine, _ := masterOf(t, ctx, admin, sharding.Slot(tag))
-		pid, _ := pidOf(t, dir, otherMaster(t, ctx, admin, mine))
+		other := otherMaster(t, ctx, admin, mine)
+		pid, _ := pidOf(t, dir, other)
+		for _, rep := range replicasOf(t, ctx, admin, other) {
+			rn := node(rep)
+			defer rn.Close()
+			if err := rn.ConfigSet(ctx, "cluster-replica-no-failover", "yes").Err(); err != nil {
+				t.Fatal(err)
+			}
+			defer rn.ConfigSet(ctx, "cluster-replica-no-failover", "no")
+		}
 		run, cancel := context.WithTimeout(ctx, 8*time.Second)
 		defer cancel()
 		var w workload
@@ -698,8 +726,8 @@ func TestFaults(t *testing.T) {
 				return
 			}
 			// Paused until the workload's master reports the cluster down
-			// (node timeout 2 s, then the failure reports), and 1 s more
-			// unless the replica takes over sooner; at most 10 s.
+			// (node timeout 2 s, then the failure reports), and 1 s more;
+			// at most 10 s.
 			mn := node(mine)
 			defer mn.Close()
 			var down error = errors.New("the cluster was never reported down")
