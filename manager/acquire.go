@@ -339,6 +339,8 @@ func (a *acquirer) take(res attemptResult, sendAt time.Time) (_ *Lock, again boo
 	}
 	l := m.newLock(tg.kind, tg.resource, tg.key, a.token, a.tokenArg, res.fence, a.start, validFrom, a.ac)
 	l.viaQueue = res.claimed || a.fw != nil
+	// Handed over from Redis's queue, not in this process (transfer).
+	l.handed = res.claimed && res.validUntil.IsZero()
 	if res.claimed {
 		l.onClaim(validFrom)
 	}

@@ -10,11 +10,20 @@ import (
 )
 
 // attemptQueued runs acquire_queue.lua for w: take the key if free, else
-// queue w's entry (or, on a re-check, make sure it is queued).
-func (m *Manager) attemptQueued(ctx context.Context, key string, w *fairWaiter, ac *acquireConfig) (status int, fence uint64, err error) {
+// queue w's entry (or, on a re-check, make sure it is queued). native: an
+// unfenced waiter's first attempt at a key this process saw contended
+// lately, whose queue is then most likely in use, joins that queue without
+// the script where it can (joinNative).
+func (m *Manager) attemptQueued(ctx context.Context, key string, w *fairWaiter, ac *acquireConfig, native bool) (status int, fence uint64, err error) {
 	entry, recheck, skip := m.queues.markQueued(w, time.Now())
 	if skip {
 		return attemptContended, 0, nil // a local release is handing w the lock: wait for it
+	}
+	if native && !recheck && !ac.fencing && m.queues.contended(key) {
+		if ok, err := m.joinNative(ctx, key, w, entry); ok {
+			m.afterQueuedAttempt(key, w, entry, false, attemptContended, 0, err)
+			return attemptContended, 0, err
+		}
 	}
 	keys := []string{key, sharding.QueueKey(key)}
 	if ac.fencing {

@@ -41,48 +41,69 @@ func ownerOf(ctx context.Context, c redis.UniversalClient, key string) string {
 
 // A waiter whose process died while queued is handed the key by the next
 // release, but only on the claim lease: the live waiter queued behind it
-// takes the key once the lease runs out, long before the TTL.
+// takes the key once the lease runs out, long before the TTL. That holds
+// for the release of a lock taken uncontended and of one handed over from
+// the queue, which on Valkey goes in the conditional commands: those do not
+// tell the waiters queued next, and the live waiter finds the key at its
+// next re-check (within a second at the default retry strategy's).
 func TestRealDeadWaiterCostsOneLease(t *testing.T) {
 	forEachCuttable(t, func(t *testing.T, client func(*testenv.Cutter) redis.UniversalClient) {
-		ctx := ctxT(t)
-		res := testenv.Unique("deadwaiter")
-		admin := client(nil)
-		holderM := newManager(t, client(nil), manager.WithOwner("holder"))
-		h, err := holderM.TryAcquire(ctx, res) // the default TTL: 10 s
+		for _, handed := range []bool{false, true} {
+			t.Run(map[bool]string{false: "taken", true: "handed"}[handed], func(t *testing.T) {
+				deadWaiterCostsOneLease(t, client, handed)
+			})
+		}
+	})
+}
+
+func deadWaiterCostsOneLease(t *testing.T, client func(*testenv.Cutter) redis.UniversalClient, handed bool) {
+	ctx := ctxT(t)
+	res := testenv.Unique("deadwaiter")
+	admin := client(nil)
+	holderM := newManager(t, client(nil), manager.WithOwner("holder"))
+	var h *manager.Lock
+	if handed {
+		first, err := newManager(t, client(nil), manager.WithOwner("first")).TryAcquire(ctx, res)
 		if err != nil {
 			t.Fatal(err)
 		}
-		key := h.Key()
-		deadCtx, cancelDead := context.WithCancel(ctx)
-		defer cancelDead()
-		deadDone := queueDeadWaiter(t, deadCtx, client, admin, res, key, "dead", 1)
-		got := queueLiveWaiter(t, ctx, newManager(t, client(nil), manager.WithOwner("live")), admin, res, key, 2)
+		h = handOver(t, ctx, admin, first, holderM, res).l
+	} else {
+		var err error
+		if h, err = holderM.TryAcquire(ctx, res); err != nil { // the default TTL: 10 s
+			t.Fatal(err)
+		}
+	}
+	key := h.Key()
+	deadCtx, cancelDead := context.WithCancel(ctx)
+	defer cancelDead()
+	deadDone := queueDeadWaiter(t, deadCtx, client, admin, res, key, "dead", 1)
+	got := queueLiveWaiter(t, ctx, newManager(t, client(nil), manager.WithOwner("live")), admin, res, key, 2)
 
-		released := time.Now()
-		if err := h.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if owner := ownerOf(ctx, admin, key); owner != "dead" && owner != "live" {
-			t.Fatalf("after the release the key is %q's", owner)
-		}
-		a := <-got
-		if a.err != nil {
-			t.Fatalf("live waiter: %v (the dead waiter held the key for its TTL)", a.err)
-		}
-		took := a.when.Sub(released)
-		t.Logf("the live waiter took the lock %v after the release (claim lease %v, TTL %v)", took, scripts.ClaimLease, manager.DefaultTTL)
-		if took > manager.DefaultTTL/4 {
-			t.Fatalf("the live waiter waited %v", took)
-		}
-		if ownerOf(ctx, admin, key) != "live" {
-			t.Fatal("the key is not the live waiter's")
-		}
-		if err := a.l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		cancelDead()
-		<-deadDone
-	})
+	released := time.Now()
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if owner := ownerOf(ctx, admin, key); owner != "dead" && owner != "live" {
+		t.Fatalf("after the release the key is %q's", owner)
+	}
+	a := <-got
+	if a.err != nil {
+		t.Fatalf("live waiter: %v (the dead waiter held the key for its TTL)", a.err)
+	}
+	took := a.when.Sub(released)
+	t.Logf("the live waiter took the lock %v after the release (claim lease %v, TTL %v)", took, scripts.ClaimLease, manager.DefaultTTL)
+	if took > manager.DefaultTTL/4 {
+		t.Fatalf("the live waiter waited %v", took)
+	}
+	if ownerOf(ctx, admin, key) != "live" {
+		t.Fatal("the key is not the live waiter's")
+	}
+	if err := a.l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cancelDead()
+	<-deadDone
 }
 
 // Two waiters that died while queued one behind the other: the release
@@ -288,11 +309,12 @@ func TestRealDeadHolderFreeAtTTL(t *testing.T) {
 
 // A process whose release handed the lock to a waiter queued in Redis
 // knows the lock is contended: its next waiting Acquire goes straight to
-// the queue script, with no SET NX first.
+// the queue (the queue script, or SET NX GET and RPUSHX where the server
+// has the conditional commands), with no plain SET NX first.
 func TestRealContendedKeyQueuesAtOnce(t *testing.T) {
 	ctx := ctxT(t)
 	setNX := &matchHook{match: func(cmd redis.Cmder) bool {
-		return cmd.Name() == "set" && slices.ContainsFunc(cmd.Args(), func(a any) bool { return a == "nx" })
+		return cmd.Name() == "set" && slices.Contains(cmd.Args(), any("nx")) && !slices.Contains(cmd.Args(), any("get"))
 	}}
 	c := redis.NewClient(&redis.Options{Addr: testenv.StandaloneAddr(t), ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })

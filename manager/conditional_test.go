@@ -52,6 +52,13 @@ func (h *nameHook) count(name string) int {
 	return h.names[name]
 }
 
+// snapshot returns the counts so far.
+func (h *nameHook) snapshot() map[string]int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return maps.Clone(h.names)
+}
+
 func (h *nameHook) reset() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -90,6 +97,21 @@ func newNativeAndScript(t *testing.T, tg testenv.Target, name string) nativeAndS
 	p.native = newManager(t, nc, manager.WithKeyPrefix(p.prefix), manager.WithOwner("native"))
 	p.script = newManager(t, sc, manager.WithKeyPrefix(p.prefix), manager.WithOwner("script"), manager.WithConditionalCommands(false))
 	return p
+}
+
+// replaceWithHash makes key a hash (of another application, say) that
+// expires in a minute.
+func replaceWithHash(t *testing.T, ctx context.Context, admin redis.UniversalClient, key string) {
+	t.Helper()
+	if err := admin.Del(ctx, key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.HSet(ctx, key, "f", "v").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.PExpire(ctx, key, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // errClass names which of the errors callers tell apart err matches.
@@ -145,15 +167,7 @@ func TestRealConditionalPathsAnswerAsTheScripts(t *testing.T) {
 					}
 				}},
 				{"another type", func(t *testing.T, _ *manager.Manager, l *manager.Lock) {
-					if err := admin.Del(ctx, l.Key()).Err(); err != nil {
-						t.Fatal(err)
-					}
-					if err := admin.HSet(ctx, l.Key(), "f", "v").Err(); err != nil {
-						t.Fatal(err)
-					}
-					if err := admin.PExpire(ctx, l.Key(), time.Minute).Err(); err != nil {
-						t.Fatal(err)
-					}
+					replaceWithHash(t, ctx, admin, l.Key())
 				}},
 			}
 			type outcome struct{ release, extend string }
@@ -382,16 +396,16 @@ func commandStats(t *testing.T, ctx context.Context, c *redis.Client) map[string
 }
 
 // The commands an uncontended acquire+release sends, and those of a
-// hand-over between two managers (as two processes), counted by the
-// server (INFO commandstats of a server of the test's own), Lua's
-// internal commands included: the per-call table of docs/design.md. The
-// log line gives the hand-over's total (20 on Redis 7, 21 on Valkey 9).
+// hand-over between managers (as processes), at a lock's first contention
+// and while it stays contended, counted by the server (INFO commandstats
+// of a server of the test's own), Lua's internal commands included: the
+// per-call table of docs/design.md. The log lines give the totals.
 func TestRealCommandsPerCall(t *testing.T) {
 	ctx := ctxT(t)
 	srv := testenv.StartServer(t)
 	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	defer admin.Close()
-	var ms [2]*manager.Manager
+	var ms [3]*manager.Manager
 	for i := range ms {
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 		defer c.Close()
@@ -431,65 +445,104 @@ func TestRealCommandsPerCall(t *testing.T) {
 		t.Errorf("uncontended acquire+release sent %v, want %v", got, want)
 	}
 
-	// The hand-over: p0 holds, p1 waits in Redis's queue, p0 releases.
+	// The hand-over: p0 holds, p1 and then p2 wait in Redis's queue, p0
+	// releases to p1.
 	held, err := ms[0].TryAcquire(ctx, "handover")
 	if err != nil {
 		t.Fatal(err)
 	}
-	reset()
 	type result struct {
 		l   *manager.Lock
 		err error
 	}
-	done := make(chan result, 1)
-	go func() {
-		l, err := ms[1].Acquire(ctx, "handover", manager.WithWait(10*time.Second))
-		done <- result{l, err}
-	}()
 	queue := sharding.QueueKey(held.Key())
-	polls := int64(0)
-	eventually(t, 5*time.Second, "p1 in the queue", func() bool {
-		polls++
-		return admin.Exists(ctx, queue).Val() == 1
-	})
-	waiting := commandStats(t, ctx, admin)
-	if waiting["exists"] -= polls; waiting["exists"] == 0 {
-		delete(waiting, "exists")
+	wait := func(m *manager.Manager, n int64) <-chan result {
+		done := make(chan result, 1)
+		go func() {
+			l, err := m.Acquire(ctx, "handover", manager.WithWait(10*time.Second))
+			done <- result{l, err}
+		}()
+		eventually(t, 5*time.Second, "the waiter in the queue", func() bool { return admin.LLen(ctx, queue).Val() == n })
+		return done
 	}
-	reset()
-	if err := held.Release(ctx); err != nil {
-		t.Fatal(err)
+	took := func(done <-chan result) *manager.Lock {
+		r := <-done
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		return r.l
 	}
-	r := <-done
-	if r.err != nil {
-		t.Fatal(r.err)
+	release := func(l *manager.Lock) {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
-	handover := commandStats(t, ctx, admin)
-	reset()
-	if err := r.l.Release(ctx); err != nil {
-		t.Fatal(err)
+	// measure runs step and returns the commands it sent (the queue polls
+	// of wait left out).
+	measure := func(step func()) map[string]int64 {
+		reset()
+		step()
+		got := commandStats(t, ctx, admin)
+		delete(got, "llen")
+		return got
 	}
-	release := commandStats(t, ctx, admin)
+	var p1, p2, p0 <-chan result
+	waiting := measure(func() { p1 = wait(ms[1], 1) })
+	p2 = wait(ms[2], 2)
+	handover := measure(func() { release(held) })
+	l1 := took(p1)
+
+	// Then as it goes on while the lock stays contended: p0, whose
+	// release handed the lock over, waits again; the queue is in use
+	// (p2), so it joins at once; p1 releases to p2.
+	join := measure(func() { p0 = wait(ms[0], 2) })
+	steady := measure(func() { release(l1) })
+	l2 := took(p2)
+	release(l2) // to p0
+	last := measure(func() { release(took(p0)) })
+
 	total := func(m map[string]int64) (n int64) {
 		for _, v := range m {
 			n += v
 		}
 		return n
 	}
-	t.Logf("waiting: %v; hand-over: %v; release: %v", waiting, handover, release)
-	// The releaser took the lock uncontended: its DELIFEQ finds the mark
-	// the waiter set and the script follows (Valkey). The lock handed over
-	// carries the mark: its release goes by the script at once.
+	delete(join, "ssubscribe") // p0's first wait subscribes the lock's channels, once
+	t.Logf("first wait: %v; first hand-over: %v", waiting, handover)
+	t.Logf("a join of a contended lock: %v; its hand-over: %v; the last release: %v", join, steady, last)
+	t.Logf("commands per acquisition: %d at the first contention, %d while contended", total(waiting)+total(handover), total(join)+total(steady))
+	// The first contention goes by the scripts on both servers: the
+	// releaser took the lock uncontended, so on Valkey its DELIFEQ finds
+	// the mark the waiter set and the script follows.
 	if n := handover["delifeq"]; n > 1 {
 		t.Errorf("the hand-over sent %d DELIFEQ, want at most 1", n)
 	}
-	if n := release["delifeq"]; n != 0 {
-		t.Errorf("the release of a lock handed over from the queue sent %d DELIFEQ, which its marked key cannot match", n)
+	if waiting["evalsha"] != 1 || handover["evalsha"] != 1 {
+		t.Errorf("%d and %d scripts run by the first wait and hand-over, want 1 each", waiting["evalsha"], handover["evalsha"])
 	}
-	if handover["evalsha"] != 1 || release["evalsha"] != 1 {
-		t.Errorf("%d and %d scripts run by the hand-over and the release, want 1 each", handover["evalsha"], release["evalsha"])
+	// While contended, Valkey joins with RPUSHX (and, once per Manager
+	// and queueTTLSlack, extends the queue's expiry) and hands over with
+	// LPOP, SET ... IFEQ and SPUBLISH; the last release of a lock handed
+	// over finds the queue empty: DELIFEQ and the "free" announcement.
+	// Redis runs the scripts.
+	if !onValkey() {
+		if join["evalsha"] != 1 || steady["evalsha"] != 1 || last["evalsha"] != 1 {
+			t.Errorf("on Redis, %d, %d and %d scripts run by the join, the hand-over and the last release, want 1 each", join["evalsha"], steady["evalsha"], last["evalsha"])
+		}
+		return
 	}
-	t.Logf("commands per contended acquisition: %d", total(waiting)+total(handover)+total(release))
+	for _, c := range []struct {
+		name      string
+		got, want map[string]int64
+	}{
+		{"join", join, map[string]int64{"rpushx": 1, "pexpireat": 1}},
+		{"hand-over", steady, map[string]int64{"lpop": 1, "set": 1, "spublish": 1}},
+		{"last release", last, map[string]int64{"lpop": 1, "delifeq": 1, "spublish": 1}},
+	} {
+		if !maps.Equal(c.got, c.want) {
+			t.Errorf("on Valkey, the %s sent %v, want %v", c.name, c.got, c.want)
+		}
+	}
 }
 
 // An unfenced batch's first try is MSETEX ... NX PX on a server that runs

@@ -94,7 +94,7 @@ func TestLocalHandoverAndOwnAttemptQueueOnce(t *testing.T) {
 		t.Fatal("the release did not pick the waiter")
 	}
 	// ... and w's own re-check runs before that release reaches Redis.
-	status, _, err := m.attemptQueued(ctx, holder.key, w, &ac)
+	status, _, err := m.attemptQueued(ctx, holder.key, w, &ac, false)
 	if err != nil || status != attemptContended {
 		t.Fatalf("attemptQueued = %d, %v", status, err)
 	}

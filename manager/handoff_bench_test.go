@@ -52,13 +52,15 @@ func commandCalls(b *testing.B, c *redis.ClusterClient) int64 {
 }
 
 // handoffModes are the modes BenchmarkContendedHandoff compares: the
-// default (release notifications, local queues) and the polling-only mode
-// with 10 ms jittered retries.
+// default (release notifications, local queues; on Valkey the hand-over in
+// the conditional commands), the same by the scripts only, and the
+// polling-only mode with 10 ms jittered retries.
 var handoffModes = []struct {
 	name string
 	opts []manager.Option
 }{
 	{"notify", nil},
+	{"notify-scripts", []manager.Option{manager.WithConditionalCommands(false)}},
 	{"polling", []manager.Option{manager.WithNotifications(false), manager.WithRetry(manager.LinearBackoff(10 * time.Millisecond))}},
 }
 

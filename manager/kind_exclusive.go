@@ -22,7 +22,7 @@ type exclusiveKind struct{}
 
 func (exclusiveKind) attempt(m *Manager, ctx context.Context, a attemptArgs) (res attemptResult, err error) {
 	if a.fw != nil {
-		res.status, res.fence, err = m.attemptQueued(ctx, a.tg.key, a.fw, a.ac)
+		res.status, res.fence, err = m.attemptQueued(ctx, a.tg.key, a.fw, a.ac, false)
 		return res, err
 	}
 	res.status, res.fence, res.replicas, err = m.attemptSingle(ctx, &a)

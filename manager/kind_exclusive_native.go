@@ -7,22 +7,25 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/shardlock/shardlock/internal/scripts"
+	"github.com/shardlock/shardlock/sharding"
 )
 
 // kindExclusiveNative is kindExclusive spoken in the conditional commands
 // of newer servers, where every master has them (Valkey 9.0 and later): a
 // release of a lock nobody queued for is DELIFEQ, an extend is SET ...
 // IFEQ ... PX. Both are single-key commands the server runs without Lua.
-// When one answers that it did nothing (the key is gone, holds another
-// token, was force-released, or carries the queued mark), or answers an
-// error, the call goes again as kindExclusive's script, which tells these
-// apart (and hands the lock to a queued waiter): the results and errors
-// callers see are the script path's. Everything else (the acquire, a
-// release that queues this process's next waiter, the watchdog's
-// pipelined renewals, Close's releases) is kindExclusive's, and so are the
-// release and extend of a lock that came through Redis's queue
-// (Lock.viaQueue): its key carries the queued mark, which the conditional
-// commands' bare token would not match.
+// A fair waiter's first attempt joins the queue, and a lock that came
+// through the queue is handed on, in the same commands where the Lock
+// knows what its key holds (handover_native.go). When one answers that it
+// did nothing (the key is gone, holds another token, was force-released,
+// or carries the queued mark), or answers an error, the call goes again as
+// kindExclusive's script, which tells these apart (and hands the lock to a
+// queued waiter): the results and errors callers see are the script
+// path's. Everything else (the uncontended acquire, a fair waiter's
+// re-checks, a release that queues this process's next waiter, the
+// watchdog's pipelined renewals, Close's releases, and the release and
+// extend of a lock taken by the queue script, whose key may or may not
+// carry the queued mark) is kindExclusive's.
 //
 // acquire chooses it for an unfenced exclusive lock when New found the
 // commands on every master (serverCommands) and WithConditionalCommands
@@ -34,8 +37,27 @@ var kindExclusiveNative lockKind = exclusiveNativeKind{}
 
 type exclusiveNativeKind struct{ exclusiveKind }
 
+func (exclusiveNativeKind) attempt(m *Manager, ctx context.Context, a attemptArgs) (res attemptResult, err error) {
+	if a.fw != nil {
+		res.status, res.fence, err = m.attemptQueued(ctx, a.tg.key, a.fw, a.ac, m.conditional.Load())
+		return res, err
+	}
+	res.status, res.fence, res.replicas, err = m.attemptSingle(ctx, &a)
+	return res, err
+}
+
 func (exclusiveNativeKind) release(m *Manager, ctx context.Context, l *Lock, entry string, local, ambiguous bool, sentAt, validUntil time.Time) (error, int64, uint64, error) {
-	if entry == "" && !l.viaQueue && m.conditional.Load() {
+	switch {
+	case entry != "" || !m.conditional.Load():
+	case l.handed:
+		code, ok, err := m.releaseQueuedNative(ctx, l)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		if ok {
+			return nil, code, 0, nil
+		}
+	case !l.viaQueue:
 		cmd := redis.NewIntCmd(ctx, "delifeq", l.key, l.args[0])
 		err := m.tr.Process(ctx, m.cmd, cmd)
 		if err == nil && cmd.Val() == 1 {
@@ -49,8 +71,12 @@ func (exclusiveNativeKind) release(m *Manager, ctx context.Context, l *Lock, ent
 }
 
 func (exclusiveNativeKind) extend(m *Manager, ctx context.Context, l *Lock, ttlMs string) (int64, error) {
-	if !l.viaQueue && m.conditional.Load() {
-		cmd := redis.NewStatusCmd(ctx, "set", l.key, l.args[0], "ifeq", l.args[0], "px", ttlMs)
+	if (!l.viaQueue || l.handed) && m.conditional.Load() {
+		val := l.token
+		if l.handed {
+			val += sharding.QueuedMark
+		}
+		cmd := redis.NewStatusCmd(ctx, "set", l.key, val, "ifeq", val, "px", ttlMs)
 		err := m.tr.Process(ctx, m.cmd, cmd)
 		if err == nil {
 			return scripts.Done, nil

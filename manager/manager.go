@@ -105,6 +105,10 @@ type Lock struct {
 	// attempt, or a hand-over), so its key most likely carries the queued
 	// mark that a compare-and-delete of the bare token does not match.
 	viaQueue bool
+	// handed: the lock was handed over from Redis's queue, so its key
+	// holds its token with the queued mark (what the native hand-over
+	// needs to know: handover_native.go).
+	handed bool
 
 	mu sync.Mutex
 	// sig is made on first use of Context or Done: most holders never ask.
@@ -141,6 +145,9 @@ type localQueues struct {
 	hmu    sync.Mutex
 	hints  map[string]time.Time // when it was seen contended
 	nhints atomic.Int64         // len(hints), read without the lock
+	// qlives: how long the queues of keys this process's native joins
+	// extended live at least (handover_native.go), under hmu.
+	qlives map[string]time.Time
 }
 
 // localQueue is the waiters of one resource in this process (queue.go).

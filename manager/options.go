@@ -208,8 +208,10 @@ func WithCoalescing(on bool) Option { return optionFunc(func(c *config) { c.coal
 
 // WithConditionalCommands says whether the Manager releases and extends
 // unfenced locks with the server's conditional commands (DELIFEQ, SET ...
-// IFEQ), and makes an unfenced batch's first try with MSETEX ... NX PX,
-// where every master runs them, as the startup check finds (default on);
+// IFEQ), hands a contended one over in them (RPUSHX to join the queue;
+// LPOP, SET ... IFEQ and SPUBLISH to hand it on), and makes an unfenced
+// batch's first try with MSETEX ... NX PX, where every master runs them,
+// as the startup check finds (default on);
 // off, every call goes by the Lua scripts, as on servers without them.
 // Without the startup check the scripts are used.
 func WithConditionalCommands(on bool) Option {

@@ -87,6 +87,28 @@ func (lq *localQueues) sawContended(key string) {
 	lq.nhints.Store(int64(len(lq.hints)))
 }
 
+// queueLives reports whether this process extended key's queue to live
+// until deadline at least (queueExtended), as far as it knows.
+func (lq *localQueues) queueLives(key string, deadline time.Time) bool {
+	lq.hmu.Lock()
+	defer lq.hmu.Unlock()
+	until, ok := lq.qlives[key]
+	if ok && time.Now().After(until) {
+		delete(lq.qlives, key)
+	}
+	return ok && !deadline.After(until)
+}
+
+// queueExtended records that key's queue lives until until.
+func (lq *localQueues) queueExtended(key string, until time.Time) {
+	lq.hmu.Lock()
+	defer lq.hmu.Unlock()
+	if lq.qlives == nil || len(lq.qlives) >= maxHints {
+		lq.qlives = map[string]time.Time{} // forget them all rather than grow
+	}
+	lq.qlives[key] = until
+}
+
 // contended reports whether key was seen contended within hintFor.
 func (lq *localQueues) contended(key string) bool {
 	if lq.nhints.Load() == 0 {

@@ -35,11 +35,14 @@ func TestRealMutualExclusionStress(t *testing.T) {
 		t.Skip("stress test")
 	}
 	for _, fencing := range []bool{true, false} {
-		t.Run(fmt.Sprintf("fencing=%v", fencing), func(t *testing.T) { mutualExclusionStress(t, fencing) })
+		t.Run(fmt.Sprintf("fencing=%v", fencing), func(t *testing.T) { mutualExclusionStress(t, fencing, false) })
 	}
+	// Half the Managers with the scripts only: on Valkey the others hand
+	// the lock over in the conditional commands, on the same queue.
+	t.Run("mixed", func(t *testing.T) { mutualExclusionStress(t, false, true) })
 }
 
-func mutualExclusionStress(t *testing.T, fencing bool) {
+func mutualExclusionStress(t *testing.T, fencing, mixed bool) {
 	addrs := testenv.ClusterAddrs(t)
 	const (
 		managers  = 8
@@ -64,7 +67,8 @@ func mutualExclusionStress(t *testing.T, fencing bool) {
 		t.Cleanup(func() { _ = c.Close() })
 		m := newManager(t, c, manager.WithTTL(time.Second), manager.WithFencing(fencing),
 			manager.WithOwner(fmt.Sprintf("stress-%d", i)),
-			manager.WithRetry(manager.ExponentialBackoff(time.Millisecond, 20*time.Millisecond)))
+			manager.WithRetry(manager.ExponentialBackoff(time.Millisecond, 20*time.Millisecond)),
+			manager.WithConditionalCommands(!mixed || i%2 == 0))
 		for range workers {
 			wg.Go(func() {
 				for ctx.Err() == nil {
