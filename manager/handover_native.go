@@ -27,8 +27,10 @@ import (
 // attempt goes by acquire_queue.lua, which takes a free key, or creates the
 // queue with its expiry and sets the mark in one step; so do a process's
 // first waiter, a re-check and a fencing waiter. A waiter queued behind a
-// holder that died or lost the key is not handed it: it finds the key by
-// its re-checks, as a waiter whose announcement was lost does.
+// holder that died or lost the key, or behind one that then took the free
+// key with SET NX (no mark: its release is a DELIFEQ), is not handed it: it
+// finds the key by its re-checks, as a waiter whose announcement was lost
+// does.
 //
 // A holder handed the lock from the queue (its key holds its token with
 // the queued mark) releases with LPOP, then SET of the popped waiter's
