@@ -40,11 +40,11 @@ import (
 // waiter's. An empty queue makes it DELIFEQ and the "free" announcement.
 // Entries past their deadline, by this process's clock, and junk are
 // dropped, as the script drops them; a fencing waiter's entry is pushed
-// back and the release goes by the script, which takes its fence. Unlike
-// the script, the native hand-over announces to the new holder's Manager
-// only, not to the two waiters behind it: a waiter that died while queued
-// costs the next one its next re-check (fairRecheck and the retry
-// strategy) rather than one claim lease.
+// back (pushBack) and the release goes by the script, which takes its
+// fence. Unlike the script, the native hand-over announces to the new
+// holder's Manager only, not to the two waiters behind it: a waiter that
+// died while queued costs the next one its next re-check (fairRecheck and
+// the retry strategy) rather than one claim lease.
 //
 // Every reply that says the key is not as expected (it expired, was
 // force-released, holds another token) sends the call by the script,
@@ -153,9 +153,12 @@ func (m *Manager) releaseQueuedNative(ctx context.Context, l *Lock) (code int64,
 }
 
 // pushBack puts entry e back at the head of queue q, where it was popped
-// from; if that fails, its waiter finds the lock by its re-checks.
+// from, if q still exists (LPUSHX: a queue that the pop emptied is gone,
+// and one made anew here would have no expiry). An entry that is not put
+// back, or fails to be, leaves its waiter to find the lock by its
+// re-checks, or by the "free" announcement of the script's release.
 func (m *Manager) pushBack(ctx context.Context, q, e string) {
-	_ = m.tr.Process(ctx, m.cmd, redis.NewIntCmd(ctx, "lpush", q, e))
+	_ = m.tr.Process(ctx, m.cmd, redis.NewIntCmd(ctx, "lpushx", q, e))
 }
 
 // announceHandover tells owner's Manager that token tok holds key (as

@@ -16,7 +16,8 @@ import (
 // holds its token with the queued mark) answer in the conditional commands
 // (handover_native.go, on Valkey 9) what the scripts answer, case by case:
 // held with nobody queued, expired, held by another token, force-released,
-// a key of another type, a waiter queued (handed the lock), a fencing
+// a key of another type, a waiter queued (handed the lock), the key
+// expired with a waiter queued (nothing left without an expiry), a fencing
 // waiter queued (handed the lock with a fence, by the script), and junk
 // and a dead entry ahead of a waiter (dropped). On Valkey the test also
 // checks what the default Manager's release sends in each case (no script
@@ -87,6 +88,20 @@ func TestRealNativeHandOverAnswersAsTheScript(t *testing.T) {
 					got := queueWaiter(t, l, l.Resource(), false, 0)
 					return func() string { return <-got }
 				}},
+				{"expired, waiter queued", func(t *testing.T, _ *manager.Manager, l *manager.Lock) func() string {
+					got := queueWaiter(t, l, l.Resource(), false, 0)
+					if err := admin.Del(ctx, l.Key()).Err(); err != nil {
+						t.Fatal(err)
+					}
+					return func() string {
+						// Nothing the release leaves may lack an expiry.
+						state := "queue expires"
+						if admin.PTTL(ctx, qkey(l)).Val() == -1 {
+							state = "queue without expiry"
+						}
+						return state + ", " + <-got
+					}
+				}},
 				{"fencing waiter queued", func(t *testing.T, _ *manager.Manager, l *manager.Lock) func() string {
 					got := queueWaiter(t, l, l.Resource(), true, 0)
 					return func() string { return <-got }
@@ -144,7 +159,8 @@ func TestRealNativeHandOverAnswersAsTheScript(t *testing.T) {
 				"force-released":              {"lpop": 1, "delifeq": 1, "evalsha": 1, "get": 1}, // the GET reads who and why
 				"another type":                {"lpop": 1, "delifeq": 1, "evalsha": 1},
 				"waiter queued":               {"lpop": 1, "set": 1, "spublish": 1},
-				"fencing waiter queued":       {"lpop": 1, "lpush": 1, "evalsha": 1},
+				"expired, waiter queued":      {"lpop": 1, "set": 1, "lpushx": 1, "evalsha": 1},
+				"fencing waiter queued":       {"lpop": 1, "lpushx": 1, "evalsha": 1},
 				"junk and a dead entry first": {"lpop": 3, "set": 1, "spublish": 1},
 			}
 			for _, c := range cases {

@@ -106,7 +106,9 @@ local function hand_over(k)
         return true
       end
       if fence ~= 'junk' then
-        redis.call('LPUSH', q, e)
+        -- Back where it was; a queue the pop emptied is made anew, with
+        -- the expiry of that entry's deadline.
+        if redis.call('LPUSH', q, e) == 1 then redis.call('PEXPIREAT', q, d) end
         return false
       end
     end
