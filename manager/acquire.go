@@ -305,6 +305,12 @@ func (a *acquirer) failed(err error, sendAt time.Time) (l *Lock, done bool, _ er
 	if a.ctx.Err() != nil {
 		return nil, true, a.fail(errors.Join(ErrNotAcquired, a.ctx.Err()))
 	}
+	if a.m.closed.Load() {
+		// Close ran meanwhile (a waiter can get its turn in the local
+		// queue as Close wakes it, and its attempt then meets the closed
+		// transport): the acquire ends as every other one Close ends.
+		return nil, true, a.fail(ErrClosed)
+	}
 	if a.wait && (abandoned || !time.Now().Before(a.waitUntil)) {
 		// The wait limit passed during the attempt: say why the last
 		// attempts failed, or that this one had no reply in time; an
