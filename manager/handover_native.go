@@ -169,14 +169,11 @@ func (m *Manager) announceHandover(ctx context.Context, key, tok, owner string) 
 	_ = m.tr.Process(ctx, m.cmd, redis.NewIntCmd(ctx, "spublish", sharding.HandoverChannel(key, owner), hex.EncodeToString(sum[:])+" 0"))
 }
 
-// parseEntry reads a queue entry, "<deadline ms>:<ttl ms>:<0|1>:<token>"
-// (fairWaiter.makeEntry): valid false for junk, which is dropped, as
-// handover.lua's entry_parts has it.
+// parseEntry reads a queue entry (cutEntry): valid false for junk, which
+// is dropped, as handover.lua's entry_parts has it.
 func parseEntry(e string) (tok, owner string, ttlMs int64, fencing bool, deadlineMs int64, valid bool) {
-	d, rest, ok1 := strings.Cut(e, ":")
-	t, rest, ok2 := strings.Cut(rest, ":")
-	f, tok, ok3 := strings.Cut(rest, ":")
-	if !ok1 || !ok2 || !ok3 || (f != "0" && f != "1") {
+	d, t, f, tok, ok := cutEntry(e)
+	if !ok || (f != "0" && f != "1") {
 		return "", "", 0, false, 0, false
 	}
 	deadlineMs, err1 := strconv.ParseInt(d, 10, 64)
@@ -184,9 +181,9 @@ func parseEntry(e string) (tok, owner string, ttlMs int64, fencing bool, deadlin
 	if err1 != nil || err2 != nil || ttlMs < 1 || ttlMs > 86400000 {
 		return "", "", 0, false, 0, false
 	}
-	info, err := ParseToken(tok)
-	if err != nil || strings.HasSuffix(tok, sharding.QueuedMark) {
+	owner, ok = tokenOwner(tok)
+	if !ok || strings.HasSuffix(tok, sharding.QueuedMark) {
 		return "", "", 0, false, 0, false
 	}
-	return tok, info.Owner, ttlMs, f == "1", deadlineMs, true
+	return tok, owner, ttlMs, f == "1", deadlineMs, true
 }

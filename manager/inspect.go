@@ -59,7 +59,7 @@ func (info *LockInfo) readRW(f map[string]string, now time.Time) bool {
 	info.Readers, info.Fence = len(st.Readers), st.Fence
 	info.Waiters, info.OldestWait = len(st.Queue), 0
 	if len(st.Queue) > 0 {
-		if _, tok, ok := cutEntry(st.Queue[0]); ok {
+		if _, _, _, tok, ok := cutEntry(st.Queue[0]); ok {
 			if ti, err := ParseToken(tok); err == nil {
 				info.OldestWait = max(now.Sub(ti.AcquiredAt), 0)
 			}
@@ -122,7 +122,7 @@ func (m *Manager) Inspect(ctx context.Context, resource string) (LockInfo, error
 			info.Waiters = int(n)
 		}
 		if e, err := first.Result(); err == nil {
-			if _, tok, ok := cutEntry(e); ok {
+			if _, _, _, tok, ok := cutEntry(e); ok {
 				if ti, err := ParseToken(tok); err == nil {
 					info.OldestWait = max(time.Since(ti.AcquiredAt), 0)
 				}
@@ -184,16 +184,6 @@ func (m *Manager) readRedirected(ctx context.Context, cmds ...redis.Cmder) {
 		_ = pipe.Process(ctx, c)
 	}
 	_, _ = pipe.Exec(ctx)
-}
-
-// cutEntry splits a queue entry, "<deadline>:<ttl>:<fencing>:<token>" (see
-// handover.lua), into its deadline part and its token.
-func cutEntry(e string) (deadline, token string, ok bool) {
-	parts := strings.SplitN(e, ":", 4)
-	if len(parts) != 4 {
-		return "", "", false
-	}
-	return parts[0], parts[3], true
 }
 
 // firstErr returns the first error of cmds that is not a nil reply.

@@ -20,9 +20,15 @@ var kindExclusive lockKind = exclusiveKind{}
 
 type exclusiveKind struct{}
 
-func (exclusiveKind) attempt(m *Manager, ctx context.Context, a attemptArgs) (res attemptResult, err error) {
+func (exclusiveKind) attempt(m *Manager, ctx context.Context, a attemptArgs) (attemptResult, error) {
+	return attemptExclusive(m, ctx, a, false)
+}
+
+// attemptExclusive is an exclusive lock's attempt: a fair waiter's
+// (joining natively where native allows: attemptQueued) or a single one.
+func attemptExclusive(m *Manager, ctx context.Context, a attemptArgs, native bool) (res attemptResult, err error) {
 	if a.fw != nil {
-		res.status, res.fence, err = m.attemptQueued(ctx, a.tg.key, a.fw, a.ac, false)
+		res.status, res.fence, err = m.attemptQueued(ctx, a.tg.key, a.fw, a.ac, native)
 		return res, err
 	}
 	res.status, res.fence, res.replicas, err = m.attemptSingle(ctx, &a)

@@ -37,13 +37,8 @@ var kindExclusiveNative lockKind = exclusiveNativeKind{}
 
 type exclusiveNativeKind struct{ exclusiveKind }
 
-func (exclusiveNativeKind) attempt(m *Manager, ctx context.Context, a attemptArgs) (res attemptResult, err error) {
-	if a.fw != nil {
-		res.status, res.fence, err = m.attemptQueued(ctx, a.tg.key, a.fw, a.ac, m.conditional.Load())
-		return res, err
-	}
-	res.status, res.fence, res.replicas, err = m.attemptSingle(ctx, &a)
-	return res, err
+func (exclusiveNativeKind) attempt(m *Manager, ctx context.Context, a attemptArgs) (attemptResult, error) {
+	return attemptExclusive(m, ctx, a, m.conditional.Load())
 }
 
 func (exclusiveNativeKind) release(m *Manager, ctx context.Context, l *Lock, entry string, local, ambiguous bool, sentAt, validUntil time.Time) (error, int64, uint64, error) {

@@ -4,6 +4,7 @@ import (
 	"crypto/sha1"
 	"encoding/hex"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -90,6 +91,16 @@ func newFairWaiter(token string, ac *acquireConfig, deadline time.Time, mark str
 // read-write lock, says "r" in place of the fencing flag: see rw.lua).
 func (w *fairWaiter) makeEntry() string {
 	return strconv.FormatInt(w.deadline.UnixMilli(), 10) + ":" + strconv.FormatInt(w.ttl.Milliseconds(), 10) + ":" + w.mark + ":" + w.token
+}
+
+// cutEntry splits a queue entry (makeEntry's format, which handover.lua
+// and rw.lua read too) into its four fields, without allocating: ok false
+// for anything with fewer.
+func cutEntry(e string) (deadline, ttl, flag, token string, ok bool) {
+	deadline, rest, ok1 := strings.Cut(e, ":")
+	ttl, rest, ok2 := strings.Cut(rest, ":")
+	flag, token, ok3 := strings.Cut(rest, ":")
+	return deadline, ttl, flag, token, ok1 && ok2 && ok3
 }
 
 // grant delivers g without blocking (the channel holds one message; a newer
