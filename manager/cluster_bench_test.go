@@ -3,6 +3,7 @@ package manager_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -147,15 +148,23 @@ func acquireTimed(b *testing.B, acquire func(context.Context) (func(context.Cont
 	return took
 }
 
-// benchInterleaved rotates the acquires of impls, call by call (each one
-// first in turn), so that all meet the same moments of a noisy machine,
-// and reports the median of each (<name>-p50-us) and the last one's ratios
-// to the others (<last>/<name>).
+// benchInterleaved runs the acquires of impls call by call, each round in
+// a fresh shuffled order, so that all meet the same moments of a noisy
+// machine and each follows every other equally often (what a release
+// leaves behind, a GC or a goroutine still winding down, falls on the call
+// after it: a fixed rotation would always hand one impl's aftermath to the
+// same other). It reports the median of each (<name>-p50-us) and the last
+// one's ratios to the others (<last>/<name>).
 func benchInterleaved(b *testing.B, names []string, impls ...func(context.Context) (func(context.Context) error, error)) {
 	took := make([][]time.Duration, len(impls))
-	for i := 0; b.Loop(); i++ {
-		for j := range impls {
-			k := (i + j) % len(impls)
+	order := make([]int, len(impls))
+	for k := range order {
+		order[k] = k
+	}
+	rng := rand.New(rand.NewPCG(1, 2)) // the same orders in every run
+	for b.Loop() {
+		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		for _, k := range order {
 			took[k] = append(took[k], acquireTimed(b, impls[k]))
 		}
 	}
@@ -212,6 +221,105 @@ func BenchmarkHotResource(b *testing.B) {
 			}
 			wg.Wait()
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+		})
+	}
+}
+
+// BenchmarkBatchAlternating compares batches of 10 co-located resources,
+// each a fresh group (as a service locks one order's items after
+// another), taken and released from 16 and 64 goroutines, every call with
+// its own deadline: one manager against the one-script floor (acquire:
+// SET NX PX on each key; release: compare-and-delete of the keys) through
+// go-redis's AutoPipeline() on one client, and four managers against it
+// on four clients (a fleet). The floor stores a value as long as a
+// shardlock token. The two sides alternate (benchkit.AlternateTimed); it
+// reports both sides' batches/s (ops/s) and shardlock's ÷ the floor's,
+// and the servers' command time per batch of each side and shardlock's ÷
+// the floor's.
+func BenchmarkBatchAlternating(b *testing.B) {
+	for _, target := range benchTargets {
+		b.Run(target.name, func(b *testing.B) {
+			f := newDefaultsFleet(b, target.client)
+			tok := strings.Repeat("t", len(batchToken(b, f.managers[0])))
+			// What runs inside the scripts (MSETEX, a first try where the
+			// server has it, is counted).
+			cmdTime := benchkit.CommandTime(b, f.clients[0], "set", "get", "del", "mget", "exists")
+			for _, p := range []struct {
+				name   string
+				ms     []*manager.Manager
+				floors []redis.UniversalClient
+			}{
+				{"1manager-vs-autopipeline", f.managers[:1], f.aps[:1]},
+				{"4managers-vs-4autopipelines", f.managers, f.aps},
+			} {
+				for _, g := range []int{16, 64, 256} {
+					b.Run(fmt.Sprintf("%s/g=%d", p.name, g), func(b *testing.B) {
+						benchkit.AlternateTimed(b, g, testenv.Unique("balt"), "shardlock", batchOp(b, p.ms), "floor", batchFloorOp(b, tok, p.floors), cmdTime)
+					})
+				}
+			}
+		})
+	}
+}
+
+// batchParts are the resources of a benchmark's batch, in one group.
+var batchParts = []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"}
+
+// batchToken returns a token of m (its length is what a floor's value
+// copies).
+func batchToken(b *testing.B, m *manager.Manager) string {
+	l, err := m.TryAcquire(context.Background(), testenv.Unique("tok"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = l.Release(context.Background()) }()
+	return l.Token()
+}
+
+// batchOp takes and releases a fresh batch through ms, worker w on
+// manager w mod len(ms).
+func batchOp(b *testing.B, ms []*manager.Manager) benchkit.Op {
+	return func(w int, run string) (time.Duration, error) {
+		m := ms[w%len(ms)]
+		res := group(b, benchkit.FreshKey(run, w), batchParts...)
+		return benchkit.Pair(func(ctx context.Context) (func(context.Context) error, error) {
+			l, err := m.TryAcquireBatch(ctx, res)
+			if err != nil {
+				return nil, err
+			}
+			return l.Release, nil
+		})
+	}
+}
+
+// The batch floor's scripts: SET NX PX on each key, unchecked (its keys
+// are fresh), and compare-and-delete of all the keys (MGET, then one DEL
+// when every key holds the value: the release of a batch nobody waits
+// for, as shardlock's release script makes it).
+var (
+	batchFloorAcquire = redis.NewScript(`for i = 1, #KEYS do redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2], 'NX') end return 1`)
+	batchFloorRelease = redis.NewScript(`local v = redis.call('MGET', unpack(KEYS)) for i = 1, #KEYS do if v[i] ~= ARGV[1] then return 0 end end redis.call('DEL', unpack(KEYS)) return 1`)
+)
+
+// batchFloorOp takes and releases a fresh batch of keys by the floor's
+// scripts, storing tok, worker w on client w mod len(cs).
+func batchFloorOp(b *testing.B, tok string, cs []redis.UniversalClient) benchkit.Op {
+	for _, s := range []*redis.Script{batchFloorAcquire, batchFloorRelease} {
+		if err := s.Load(context.Background(), cs[0]).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return func(w int, run string) (time.Duration, error) {
+		c := cs[w%len(cs)]
+		keys := make([]string, len(batchParts))
+		for i, r := range group(b, benchkit.FreshKey(run, w), batchParts...) {
+			keys[i], _ = sharding.LockKey("floor:", r)
+		}
+		return benchkit.Pair(func(ctx context.Context) (func(context.Context) error, error) {
+			if err := batchFloorAcquire.EvalSha(ctx, c, keys, tok, 30000).Err(); err != nil {
+				return nil, err
+			}
+			return func(ctx context.Context) error { return batchFloorRelease.EvalSha(ctx, c, keys, tok).Err() }, nil
 		})
 	}
 }
