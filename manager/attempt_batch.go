@@ -18,24 +18,25 @@ func (m *Manager) attemptBatch(ctx context.Context, b *batchInfo, token any, ac 
 	// cheapest script when the batch is free); a poll of a batch seen busy
 	// reads first.
 	try, marks := luaArg(first), luaArg(mark)
-	var res []any
+	var res any
 	if m.cfg.replicas > 0 {
 		acq, waitc, err := m.evalWithWait(ctx, b.keys[0], scripts.AcquireBatch, keys, token, ac.ttlMs, fencing, try, marks)
 		if err != nil {
 			return 0, nil, nil, 0, err
 		}
-		if res, err = acq.Slice(); err != nil {
+		if res, err = acq.Result(); err != nil {
 			return 0, nil, nil, 0, err
 		}
-		if len(res) > 0 && res[0] != scripts.AcquireHeld {
+		if status, fences, held, err = parseBatchReply(res, ac.fencing); err == nil && status != attemptContended {
 			replicas = m.replicaCount(waitc, "acquire")
 		}
+		return status, fences, held, replicas, err
 	} else {
 		actx := ctx
 		if len(keys) > 1 {
 			actx = transport.WithTryAgainFallback(ctx)
 		}
-		if res, err = scripts.AcquireBatch.Run(actx, m.cmd, keys, token, ac.ttlMs, fencing, try, marks).Slice(); transport.IsTryAgain(err) {
+		if res, err = scripts.AcquireBatch.Run(actx, m.cmd, keys, token, ac.ttlMs, fencing, try, marks).Result(); transport.IsTryAgain(err) {
 			status, fences, held, err = m.attemptBatchKeys(ctx, b, token, ac, first, mark)
 			return status, fences, held, 0, err
 		} else if err != nil {
@@ -43,7 +44,7 @@ func (m *Manager) attemptBatch(ctx context.Context, b *batchInfo, token any, ac 
 		}
 	}
 	status, fences, held, err = parseBatchReply(res, ac.fencing)
-	return status, fences, held, replicas, err
+	return status, fences, held, 0, err
 }
 
 // attemptBatchKeys is a batch's attempt (or a fenced lock's, a batch of

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/shardlock/shardlock/internal/scripts"
 	"github.com/shardlock/shardlock/internal/testenv"
 	"github.com/shardlock/shardlock/manager"
 	"github.com/shardlock/shardlock/sharding"
@@ -459,4 +460,68 @@ func TestRealBatchContendedAtDefaults(t *testing.T) {
 		t.Errorf("a waiter gave up before its deadline, %v", err)
 	}
 	t.Logf("%d acquisitions of the batch in 4 s", total)
+}
+
+// The batch scripts answer their fast paths (a free unfenced batch taken,
+// every key released) with a bare integer, which costs the server less
+// than a table, and every other outcome with a table; a batch taken and
+// released either way reads its outcome right.
+func TestRealBatchScriptReplies(t *testing.T) {
+	c := testenv.Standalone(t)
+	ctx := ctxT(t)
+	g := testenv.Unique("replies")
+	keys := []string{"{" + g + "}:a", "{" + g + "}:b"}
+	fences := []string{sharding.FenceKey(keys[0]), sharding.FenceKey(keys[1])}
+	t.Cleanup(func() { c.Del(context.Background(), append(keys, fences...)...) })
+	run := func(s *redis.Script, keys []string, args ...any) any {
+		t.Helper()
+		v, err := s.Run(ctx, c, keys, args...).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	want := func(what string, got, want any) {
+		t.Helper()
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("%s: got %#v, want %v", what, got, want)
+		}
+	}
+	// acquire_batch.lua: token, TTL, fencing, first try, mark.
+	want("free batch", run(scripts.AcquireBatch, keys, "t1", 10000, "0", "1", "0"), int64(1))
+	want("re-sent", run(scripts.AcquireBatch, keys, "t1", 10000, "0", "1", "0"), []any{int64(2)})
+	want("held by another", run(scripts.AcquireBatch, keys, "t2", 10000, "0", "1", "0"), []any{int64(0), int64(1), int64(2)})
+	// release_batch.lua: token.
+	want("released", run(scripts.ReleaseBatch, keys, "t1"), int64(1))
+	want("gone", run(scripts.ReleaseBatch, keys, "t1"), []any{int64(0), int64(0)})
+	fenced := run(scripts.AcquireBatch, append(keys, fences...), "t3", 10000, "1", "1", "0")
+	if v, ok := fenced.([]any); !ok || len(v) != 3 || v[0] != int64(1) {
+		t.Errorf("fenced batch: got %#v, want {1, fence, fence}", fenced)
+	}
+	if err := c.Set(ctx, keys[1], "other", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	want("one key another's", run(scripts.ReleaseBatch, keys, "t3"), []any{int64(1), int64(-1)})
+
+	// Through the Manager, both ways.
+	m := newManager(t, c)
+	res := group(t, testenv.Unique("replies-m"), "a", "b")
+	l, err := m.TryAcquireBatch(ctx, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("Release of a batch nobody touched: %v", err)
+	}
+	l, err = m.TryAcquireBatch(ctx, res, manager.WithFencing(true))
+	if err != nil || l.Fence() == 0 {
+		t.Fatalf("fenced batch: %v, fence %d", err, l.Fence())
+	}
+	if err := c.Del(ctx, l.Keys()[1]).Err(); err != nil {
+		t.Fatal(err)
+	}
+	var be *manager.BatchReleaseError
+	if err := l.Release(ctx); !errors.As(err, &be) || len(be.Results) != 1 {
+		t.Fatalf("Release with a key gone: %v, want a BatchReleaseError for that key", err)
+	}
 }

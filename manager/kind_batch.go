@@ -40,9 +40,13 @@ func (batchKind) releaseCall(keys []string, token []any, _ string, _ bool) trans
 	return transport.ScriptCall{Script: scripts.ReleaseBatch, Keys: keys, Args: token}
 }
 
-// releaseResult reads release_batch.lua's reply, a code per key, as nil or
-// a *BatchReleaseError naming the resources not released cleanly.
+// releaseResult reads release_batch.lua's reply (1 when every key was
+// deleted, else a code per key) as nil or a *BatchReleaseError naming the
+// resources not released cleanly.
 func (batchKind) releaseResult(l *Lock, cmd *redis.Cmd, ambiguous bool, sentAt, validUntil time.Time) (error, int64, uint64, error) {
+	if v, err := cmd.Result(); err == nil && v == scripts.Done {
+		return nil, 0, 0, nil
+	}
 	res, err := cmd.Int64Slice()
 	if err != nil {
 		return nil, 0, 0, err

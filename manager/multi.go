@@ -392,7 +392,7 @@ func (a *groupAttempt) orphan(m *Manager, deadline time.Time) {
 // groupResult makes the Lock of a group's attempt (sent at sentAt, in a
 // call that began at start) from its reply, or says why there is none.
 func (m *Manager) groupResult(a *groupAttempt, cmd *redis.Cmd, start, sentAt time.Time) (*Lock, error) {
-	res, err := cmd.Slice()
+	res, err := cmd.Result()
 	var (
 		status int
 		fences []uint64

@@ -61,8 +61,13 @@ func parseFenced(res []any, err error) (int, uint64, error) {
 	return int(st), uint64(f), nil
 }
 
-// parseBatchReply reads acquire_batch.lua's reply.
-func parseBatchReply(res []any, fencing bool) (status int, fences []uint64, held []int, err error) {
+// parseBatchReply reads acquire_batch.lua's reply: the integer of its fast
+// path, or a table.
+func parseBatchReply(reply any, fencing bool) (status int, fences []uint64, held []int, err error) {
+	if st, ok := reply.(int64); ok && st == scripts.AcquireSet && !fencing {
+		return attemptFresh, nil, nil, nil
+	}
+	res, _ := reply.([]any)
 	if len(res) == 0 {
 		return 0, nil, nil, fmt.Errorf("shardlock: unexpected batch acquire reply %v", res)
 	}

@@ -7,7 +7,9 @@
 -- mark "\30" (TTL kept), so that their release announces them free.
 -- Returns {0, i...} with the (1-based) indices of keys another token (or
 -- another value, or a key of another type) holds;
--- else {1, fence...} when this call set the keys, {2, fence...} when every
+-- else 1 when this call set the keys of an unfenced batch on the fast path
+-- below (an integer: a table costs the server more to build and send),
+-- {1, fence...} when this call set the keys, {2, fence...} when every
 -- key already held this token (a re-sent attempt; a key may hold it with
 -- release.lua's queued mark "\30"). Fences only with fencing.
 -- Fast path, the free batch: one SET NX PX per key and nothing else (every
@@ -26,7 +28,7 @@ if ARGV[4] == '1' then
     i = i + 1
   end
   if i > n then
-    if not fencing then return {1} end
+    if not fencing then return 1 end
     set_all = true
   elseif i > 1 then
     redis.call('DEL', unpack(KEYS, 1, i - 1))

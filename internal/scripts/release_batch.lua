@@ -4,8 +4,10 @@
 -- queued mark (see release.lua) goes to the first live waiter queued for it
 -- alone (hand_over, handover.lua), or is deleted and announced free
 -- (announce_free) when none is live.
--- Returns one status per key: 1 released (deleted or handed over), 0 gone,
--- -1 held by another token.
+-- Returns 1 when every key held the token without the mark and was
+-- deleted (the fast path below: an integer, which costs the server less
+-- than a table), else one status per key: 1 released (deleted or handed
+-- over), 0 gone, -1 held by another token.
 -- A release leaves nothing behind: a re-send finds the keys gone or
 -- someone else's, which the caller reads as release.lua's are read.
 -- #include names.lua
@@ -13,15 +15,15 @@ local cur = redis.call('MGET', unpack(KEYS))
 -- Fast path: every key holds the token without the mark (nobody queued):
 -- every key is deleted, before handover.lua's functions are made (the
 -- server makes them anew on every call).
-local n, out = #KEYS, {}
-while #out < n and cur[#out + 1] == ARGV[1] do out[#out + 1] = 1 end
-if #out == n then
+local n, i = #KEYS, 1
+while i <= n and cur[i] == ARGV[1] do i = i + 1 end
+if i > n then
   redis.call('DEL', unpack(KEYS))
-  return out
+  return 1
 end
 -- #include handover.lua
 local marked = ARGV[1] .. QUEUED_MARK
-out = {}
+local out = {}
 local plain, freed = {}, {}
 for i = 1, #KEYS do
   local k, v = KEYS[i], cur[i]

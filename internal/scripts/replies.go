@@ -2,7 +2,8 @@ package scripts
 
 // The scripts' replies, one convention for all of them. A script that acts
 // on a held lock (release, extend, the TTL read, and their batch forms)
-// answers a status per key: Done, Gone or NotOurs; the release also answers
+// answers a status per key: Done, Gone or NotOurs (a batch's release
+// answers Done alone when every key was deleted); the release also answers
 // HandedOver, or {HandedToNext, fence}; the TTL read answers {status, ms}.
 const (
 	// Done: the key held the token and the script did what it is for.
@@ -24,7 +25,8 @@ const (
 )
 
 // The acquire scripts' statuses (acquire_fenced.lua, acquire_queue.lua,
-// acquire_batch.lua), the first element of their reply.
+// acquire_batch.lua), the first element of their reply (an unfenced
+// batch's fast path answers AcquireSet alone).
 const (
 	// AcquireHeld: another token, value or type holds the key (or one key
 	// of a batch).
