@@ -18,30 +18,30 @@ func (m *Manager) attemptBatch(ctx context.Context, b *batchInfo, token any, ac 
 	// cheapest script when the batch is free); a poll of a batch seen busy
 	// reads first.
 	try, marks := luaArg(first), luaArg(mark)
-	var res any
 	if m.cfg.replicas > 0 {
 		acq, waitc, err := m.evalWithWait(ctx, b.keys[0], scripts.AcquireBatch, keys, token, ac.ttlMs, fencing, try, marks)
 		if err != nil {
 			return 0, nil, nil, 0, err
 		}
-		if res, err = acq.Result(); err != nil {
+		res, err := acq.Result()
+		if err != nil {
 			return 0, nil, nil, 0, err
 		}
 		if status, fences, held, err = parseBatchReply(res, ac.fencing); err == nil && status != attemptContended {
 			replicas = m.replicaCount(waitc, "acquire")
 		}
 		return status, fences, held, replicas, err
-	} else {
-		actx := ctx
-		if len(keys) > 1 {
-			actx = transport.WithTryAgainFallback(ctx)
-		}
-		if res, err = scripts.AcquireBatch.Run(actx, m.cmd, keys, token, ac.ttlMs, fencing, try, marks).Result(); transport.IsTryAgain(err) {
-			status, fences, held, err = m.attemptBatchKeys(ctx, b, token, ac, first, mark)
-			return status, fences, held, 0, err
-		} else if err != nil {
-			return 0, nil, nil, 0, err
-		}
+	}
+	actx := ctx
+	if len(keys) > 1 {
+		actx = transport.WithTryAgainFallback(ctx)
+	}
+	res, err := scripts.AcquireBatch.Run(actx, m.cmd, keys, token, ac.ttlMs, fencing, try, marks).Result()
+	if transport.IsTryAgain(err) {
+		status, fences, held, err = m.attemptBatchKeys(ctx, b, token, ac, first, mark)
+		return status, fences, held, 0, err
+	} else if err != nil {
+		return 0, nil, nil, 0, err
 	}
 	status, fences, held, err = parseBatchReply(res, ac.fencing)
 	return status, fences, held, 0, err

@@ -57,7 +57,7 @@ func benchBatch(b *testing.B, c redis.UniversalClient) {
 	for i, r := range res {
 		floorKeys[i], _ = sharding.LockKey("floor:", r)
 	}
-	floorScript := redis.NewScript(`for i = 1, #KEYS do redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2], 'NX') end return 1`)
+	floorScript := batchFloorAcquire
 	floorWith := func(value string) func(ctx context.Context) (func(context.Context) error, error) {
 		return func(ctx context.Context) (func(context.Context) error, error) {
 			err := floorScript.Run(ctx, c, floorKeys, value, 30000).Err()

@@ -69,7 +69,7 @@ func parseBatchReply(reply any, fencing bool) (status int, fences []uint64, held
 	}
 	res, _ := reply.([]any)
 	if len(res) == 0 {
-		return 0, nil, nil, fmt.Errorf("shardlock: unexpected batch acquire reply %v", res)
+		return 0, nil, nil, fmt.Errorf("shardlock: unexpected batch acquire reply %v", reply)
 	}
 	st, _ := res[0].(int64)
 	ints := make([]int64, 0, len(res)-1)
