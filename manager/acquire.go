@@ -355,7 +355,8 @@ func (a *acquirer) take(res attemptResult, sendAt time.Time) (_ *Lock, again boo
 	}
 	l.replicas = res.replicas
 	if tg.batch != nil {
-		l.batch = &batchInfo{resources: tg.batch.resources, keys: tg.batch.keys, fences: res.fences}
+		l.batch = tg.batch // the acquire's own: the Lock takes it over
+		l.batch.fences = res.fences
 		if len(res.fences) > 0 {
 			l.fence = res.fences[0]
 		}

@@ -2,7 +2,6 @@ package manager
 
 import (
 	"context"
-	"slices"
 
 	"github.com/shardlock/shardlock/sharding"
 )
@@ -35,7 +34,7 @@ func (m *Manager) acquireBatch(ctx context.Context, resources []string, opts []A
 	if err := m.usable(); err != nil {
 		return nil, err
 	}
-	keys, err := m.setKeys("batch", resources)
+	resources, keys, err := m.setKeys("batch", resources)
 	if err != nil {
 		return nil, err
 	}
@@ -43,14 +42,14 @@ func (m *Manager) acquireBatch(ctx context.Context, resources []string, opts []A
 	if err != nil {
 		return nil, err
 	}
-	if !oneSlot(keys) {
+	if !oneSlot(m.cfg.prefix, keys) {
 		slots := make(map[string]int, len(resources))
 		for i, r := range resources {
 			slots[r] = sharding.Slot(keys[i])
 		}
 		return nil, &CrossSlotError{Slots: slots}
 	}
-	b := &batchInfo{resources: append([]string(nil), resources...), keys: keys}
+	b := &batchInfo{resources: resources, keys: keys}
 	kind := kindBatch
 	if !ac.fencing && m.msetex.Load() {
 		kind = kindBatchNative
@@ -58,14 +57,14 @@ func (m *Manager) acquireBatch(ctx context.Context, resources []string, opts []A
 	return m.acquireMeasured(ctx, target{kind: kind, resource: resources[0], key: keys[0], batch: b}, &ac, wait)
 }
 
-// oneSlot reports whether keys share a cluster slot. Keys with the same
-// hash tag do (the usual batch, built with sharding.Group), which needs no
-// CRC; other tags are compared by slot.
-func oneSlot(keys []string) bool {
+// oneSlot reports whether keys, lock keys under prefix, share a cluster
+// slot. Keys with the same hash tag do (the usual batch, built with
+// sharding.Group), which needs no CRC; other tags are compared by slot.
+func oneSlot(prefix string, keys []string) bool {
 	tag, _ := sharding.HashTag(keys[0])
 	slot := -1
 	for _, k := range keys[1:] {
-		if t, _ := sharding.HashTag(k); t == tag {
+		if hasTag(k, len(prefix), tag) {
 			continue
 		}
 		if slot < 0 {
@@ -78,39 +77,66 @@ func oneSlot(keys []string) bool {
 	return true
 }
 
+// hasTag reports whether lock key k, whose resource starts at offset off
+// (the prefix, which has no braces, before it), has the hash tag tag, by
+// looking for "{tag}" at off: the first '{' of k is there, and a tag holds
+// no '}'. (A k without "{tag}" there may still have tag: oneSlot then
+// compares slots.)
+func hasTag(k string, off int, tag string) bool {
+	end := off + 1 + len(tag)
+	return len(k) > end && k[off] == '{' && k[end] == '}' && k[off+1:end] == tag
+}
+
 // setKeys checks a set of resources for a batch or multi-slot lock (arg
-// names it in errors) and returns their lock keys: 1 to MaxBatch resources,
-// each valid, no two naming the same lock ("x" and "{x}" are one lock).
-func (m *Manager) setKeys(arg string, resources []string) ([]string, error) {
-	if len(resources) == 0 || len(resources) > MaxBatch {
-		return nil, invalid(arg, "%d resources, want 1 to %d", len(resources), MaxBatch)
+// names it in errors) and returns a copy of them and their lock keys, in
+// one slice: 1 to MaxBatch resources, each valid, no two naming the same
+// lock ("x" and "{x}" are one lock).
+func (m *Manager) setKeys(arg string, resources []string) (copied, keys []string, err error) {
+	n := len(resources)
+	if n == 0 || n > MaxBatch {
+		return nil, nil, invalid(arg, "%d resources, want 1 to %d", n, MaxBatch)
 	}
-	keys, err := m.lockKeys(resources)
-	if err != nil {
-		return nil, err
+	both := make([]string, n, 2*n)
+	copy(both, resources)
+	copied = both[:n:n]
+	if keys, err = m.lockKeys(both[n:n], copied); err != nil {
+		return nil, nil, err
 	}
 	var seen map[string]int // key -> index, for large sets; small ones are scanned
-	if len(resources) > scanDuplicatesUpTo {
-		seen = make(map[string]int, len(resources))
+	if n > scanDuplicatesUpTo {
+		seen = make(map[string]int, n)
 	}
-	for i, r := range resources {
-		key := keys[i]
-		j, dup := -1, false
+	for i, key := range keys {
+		j := -1
 		if seen != nil {
-			j, dup = seen[key]
+			if k, dup := seen[key]; dup {
+				j = k
+			}
 			seen[key] = i
 		} else {
-			j = slices.Index(keys[:i], key)
-			dup = j >= 0
+			j = indexKey(keys[:i], key)
 		}
-		if dup {
-			if resources[j] == r {
-				return nil, invalid("resources", "resource %q appears twice", r)
+		if j >= 0 {
+			if copied[j] == copied[i] {
+				return nil, nil, invalid("resources", "resource %q appears twice", copied[i])
 			}
-			return nil, invalid("resources", "resources %q and %q name the same lock %q", resources[j], r, key)
+			return nil, nil, invalid("resources", "resources %q and %q name the same lock %q", copied[j], copied[i], key)
 		}
 	}
-	return keys, nil
+	return copied, keys, nil
+}
+
+// indexKey is slices.Index for the keys of one set, which share their
+// start (the prefix and, in a batch, the tag): it compares the last byte
+// before the whole key.
+func indexKey(keys []string, key string) int {
+	last := key[len(key)-1] // a lock key is never empty
+	for i, k := range keys {
+		if len(k) == len(key) && k[len(k)-1] == last && k == key {
+			return i
+		}
+	}
+	return -1
 }
 
 // scanDuplicatesUpTo is the largest set whose keys setKeys compares one by

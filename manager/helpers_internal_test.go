@@ -11,7 +11,7 @@ import (
 // newMiniManager returns a Manager with its defaults (no startup check) on
 // a client of a fresh miniredis, with hooks added to the client before the
 // Manager is made; the test's cleanup closes both.
-func newMiniManager(t *testing.T, hooks ...redis.Hook) (*Manager, *miniredis.Miniredis) {
+func newMiniManager(t testing.TB, hooks ...redis.Hook) (*Manager, *miniredis.Miniredis) {
 	t.Helper()
 	mr := miniredis.RunT(t)
 	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})

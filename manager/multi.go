@@ -210,7 +210,7 @@ func (m *Manager) acquireMulti(ctx context.Context, resources []string, opts []A
 	if err := m.usable(); err != nil {
 		return nil, err
 	}
-	keys, err := m.setKeys("resources", resources)
+	resources, keys, err := m.setKeys("resources", resources)
 	if err != nil {
 		return nil, err
 	}

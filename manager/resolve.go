@@ -62,15 +62,16 @@ func (m *Manager) lockKey(resource string) (string, error) {
 	return key, nil
 }
 
-// lockKeys returns the lock keys of resources, checked as lockKey checks
-// one, in two allocations however many there are (see sharding.LockKeys).
-func (m *Manager) lockKeys(resources []string) ([]string, error) {
+// lockKeys appends the lock keys of resources to dst, checked as lockKey
+// checks one: one allocation for the keys however many there are, and none
+// for the slice where dst has room (see sharding.AppendLockKeys).
+func (m *Manager) lockKeys(dst, resources []string) ([]string, error) {
 	for _, r := range resources {
 		if len(r) > MaxResourceLen {
 			return nil, resourceTooLong(r)
 		}
 	}
-	keys, err := sharding.LockKeys(m.cfg.prefix, resources)
+	keys, err := sharding.AppendLockKeys(dst, m.cfg.prefix, resources)
 	if err != nil {
 		for _, r := range resources {
 			if _, err := m.lockKey(r); err != nil {

@@ -3,6 +3,7 @@ package sharding
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -88,8 +89,16 @@ func LockKey(prefix, resource string) (string, error) {
 // are parts of one string. Its error is ErrBadPrefix, or LockKey's for the
 // first resource that has one, wrapped with that resource.
 func LockKeys(prefix string, resources []string) ([]string, error) {
+	return AppendLockKeys(nil, prefix, resources)
+}
+
+// AppendLockKeys appends the lock keys of resources under prefix to dst, as
+// LockKeys makes them, and returns the extended slice: one allocation for
+// the keys' bytes, and none for the slice where dst has room. On error it
+// returns dst unchanged.
+func AppendLockKeys(dst []string, prefix string, resources []string) ([]string, error) {
 	if err := ValidatePrefix(prefix); err != nil {
-		return nil, err
+		return dst, err
 	}
 	var endsBuf [16]int
 	ends := endsBuf[:0] // where each key ends in the joined string
@@ -97,7 +106,7 @@ func LockKeys(prefix string, resources []string) ([]string, error) {
 	for _, r := range resources {
 		wrap, err := wrapped(r)
 		if err != nil {
-			return nil, fmt.Errorf("resource %q: %w", r, err)
+			return dst, fmt.Errorf("resource %q: %w", r, err)
 		}
 		size += len(prefix) + len(r)
 		if wrap {
@@ -119,13 +128,13 @@ func LockKeys(prefix string, resources []string) ([]string, error) {
 		}
 	}
 	all := sb.String()
-	keys := make([]string, len(resources))
+	dst = slices.Grow(dst, len(resources))
 	start := 0
-	for i, end := range ends {
-		keys[i] = all[start:end]
+	for _, end := range ends {
+		dst = append(dst, all[start:end])
 		start = end
 	}
-	return keys, nil
+	return dst, nil
 }
 
 // wrapped checks resource as LockKey does and reports whether its key

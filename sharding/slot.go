@@ -1,5 +1,7 @@
 package sharding
 
+import "strings"
+
 // SlotCount is the number of hash slots in a Redis Cluster.
 const SlotCount = 16384
 
@@ -34,21 +36,15 @@ func CRC16(s string) uint16 {
 // byte between them, and the whole key otherwise. ok reports whether key has
 // such a non-empty tag.
 func HashTag(key string) (tag string, ok bool) {
-	for i := 0; i < len(key); i++ {
-		if key[i] != '{' {
-			continue
-		}
-		for j := i + 1; j < len(key); j++ {
-			if key[j] == '}' {
-				if j == i+1 {
-					return key, false
-				}
-				return key[i+1 : j], true
-			}
-		}
+	i := strings.IndexByte(key, '{') // on every lock call: IndexByte, not a loop
+	if i < 0 {
 		return key, false
 	}
-	return key, false
+	j := strings.IndexByte(key[i+1:], '}')
+	if j <= 0 { // no '}', or nothing between the braces
+		return key, false
+	}
+	return key[i+1 : i+1+j], true
 }
 
 // Slot returns the Redis Cluster hash slot of key, in [0, SlotCount).
