@@ -20,9 +20,23 @@ import (
 	"github.com/shardlock/shardlock/sharding"
 )
 
-// onValkey reports whether the real-server tests run on Valkey 9, whose
-// masters run DELIFEQ and SET ... IFEQ (see TestRealServersAreTheExpectedOnes).
-func onValkey() bool { return os.Getenv("SHARDLOCK_SERVER") == "valkey" }
+// onConditional reports whether the real-server tests run on a server
+// whose masters run the conditional commands and MSETEX: Valkey 9 (DELIFEQ)
+// or Redis 8.4 and later (DELEX ... IFEQ); see
+// TestRealServersAreTheExpectedOnes.
+func onConditional() bool {
+	s := os.Getenv("SHARDLOCK_SERVER")
+	return s == "valkey" || s == "redis8"
+}
+
+// condDel is the name of the conditional delete the Manager sends where
+// the server has one: DELEX on Redis 8, which has no DELIFEQ, else DELIFEQ.
+func condDel() string {
+	if os.Getenv("SHARDLOCK_SERVER") == "redis8" {
+		return "delex"
+	}
+	return "delifeq"
+}
 
 // nameHook records the names of the commands a client sends, alone or in
 // pipelines, and may rename one on its way (as rename-command would make
@@ -132,12 +146,12 @@ func errClass(err error) string {
 }
 
 // The conditional commands' release and extend (kindExclusiveNative, on
-// Valkey 9) answer what the scripts answer, case by case: a lock held,
-// expired (its key gone), held by another token, force-released, a key of
-// another type, and one with a waiter queued in Redis (the queued mark),
-// which the release hands over. On Valkey the default manager sends
-// DELIFEQ and SET ... IFEQ for these calls; on Redis 7 it cannot, and
-// sends the scripts.
+// Valkey 9 and Redis 8) answer what the scripts answer, case by case: a
+// lock held, expired (its key gone), held by another token,
+// force-released, a key of another type, and one with a waiter queued in
+// Redis (the queued mark), which the release hands over. There the default
+// manager sends DELIFEQ (Valkey) or DELEX ... IFEQ (Redis 8) and SET ...
+// IFEQ for these calls; on Redis 7 it cannot, and sends the scripts.
 func TestRealConditionalPathsAnswerAsTheScripts(t *testing.T) {
 	for _, tg := range []testenv.Target{testenv.Targets()[0], testenv.Targets()[2]} {
 		t.Run(tg.Name, func(t *testing.T) {
@@ -198,12 +212,12 @@ func TestRealConditionalPathsAnswerAsTheScripts(t *testing.T) {
 					if want != (outcome{"nil", "nil"}) {
 						t.Errorf("held: %+v, want nil for both", want)
 					}
-					delifeq, evalsha := h.count("delifeq"), h.count("evalsha")
+					dels, evalsha := h.count(condDel()), h.count("evalsha")
 					switch {
-					case onValkey() && (delifeq != 2 || evalsha != 0 || h.count("set") != 3):
-						t.Errorf("held, on Valkey: %d DELIFEQ, %d EVALSHA, %d SET; want 2 (2 releases), 0 and 3 (2 acquires, 1 extend)", delifeq, evalsha, h.count("set"))
-					case !onValkey() && delifeq != 0:
-						t.Errorf("held, on Redis: %d DELIFEQ sent to a server without it", delifeq)
+					case onConditional() && (dels != 2 || evalsha != 0 || h.count("set") != 3):
+						t.Errorf("held: %d %s, %d EVALSHA, %d SET; want 2 (2 releases), 0 and 3 (2 acquires, 1 extend)", dels, condDel(), evalsha, h.count("set"))
+					case !onConditional() && dels != 0:
+						t.Errorf("held, on Redis 7: %d %s sent to a server without it", dels, condDel())
 					}
 				}
 			}
@@ -235,16 +249,16 @@ func TestRealConditionalPathsAnswerAsTheScripts(t *testing.T) {
 }
 
 // Where the conditional commands stop being there after New found them (a
-// failover to an older replica, rename-command: here a hook renames
-// DELIFEQ on its way, so that the server answers "unknown command"), no
-// call fails: it goes by the script, the Manager says so once in its log
-// and uses the scripts from then on. (On Redis 7 every release goes by the
-// script from the start, silently.)
+// failover to an older replica, rename-command: here a hook renames the
+// conditional delete, DELIFEQ or DELEX, on its way, so that the server
+// answers "unknown command"), no call fails: it goes by the script, the
+// Manager says so once in its log and uses the scripts from then on. (On
+// Redis 7 every release goes by the script from the start, silently.)
 func TestRealConditionalCommandsGoneFallBack(t *testing.T) {
 	ctx := ctxT(t)
 	c := testenv.Standalone(t)
 	h := newNameHook()
-	h.rename = map[string]string{"delifeq": "delifeq-renamed"}
+	h.rename = map[string]string{condDel(): condDel() + "-renamed"}
 	c.AddHook(h)
 	log, logs := observedLogger()
 	m := newManager(t, c, manager.WithKeyPrefix(testenv.Unique("gone")+":"), manager.WithLogger(log))
@@ -257,12 +271,12 @@ func TestRealConditionalCommandsGoneFallBack(t *testing.T) {
 			t.Fatalf("release %d: %v", i, err)
 		}
 	}
-	want := 0 // Redis 7: New found no DELIFEQ, nothing to fall back from
-	if onValkey() {
+	want := 0 // Redis 7: New found no conditional delete, nothing to fall back from
+	if onConditional() {
 		want = 1 // the first one's unknown command turns them off
 	}
-	if n := h.count("delifeq"); n != want {
-		t.Errorf("%d DELIFEQ sent, want %d", n, want)
+	if n := h.count(condDel()); n != want {
+		t.Errorf("%d %s sent, want %d", n, condDel(), want)
 	}
 	if n := logs.FilterMessageSnippet("conditional commands").Len(); n != want {
 		t.Errorf("%d log lines about the conditional commands, want %d", n, want)
@@ -272,18 +286,20 @@ func TestRealConditionalCommandsGoneFallBack(t *testing.T) {
 	}
 }
 
-// A Valkey 9 server of the test's own with DELIFEQ renamed away by its
-// configuration (rename-command), as managed services ship it: a Manager
-// made on it releases by the script from the start; a Manager made while
-// the server had DELIFEQ, which then comes back without it (a rolling
-// upgrade or downgrade in place), falls back on the first "unknown
-// command" and says so once, and takes the commands up again once the
-// server has them back. No call fails for it either way.
+// A Valkey 9 or Redis 8 server of the test's own with its conditional
+// delete (DELIFEQ, DELEX) renamed away by its configuration
+// (rename-command), as managed services ship it: a Manager made on it
+// releases by the script from the start; a Manager made while the server
+// had the command, which then comes back without it (a rolling upgrade or
+// downgrade in place), falls back on the first "unknown command" and says
+// so once, and takes the commands up again once the server has them back.
+// No call fails for it either way.
 func TestRealRenamedDelifeqFallsBack(t *testing.T) {
-	if !onValkey() {
-		t.Skip("DELIFEQ is Valkey 9's: Redis 7 refuses to rename a command it does not have")
+	if !onConditional() {
+		t.Skip("the conditional delete is Valkey 9's and Redis 8's: Redis 7 refuses to rename a command it does not have")
 	}
-	renamed := []string{"--rename-command", "DELIFEQ", ""}
+	del := condDel()
+	renamed := []string{"--rename-command", strings.ToUpper(del), ""}
 	// onOwnServer starts a server of the test's own with args and makes a
 	// Manager on it, whose commands h counts and whose log logs holds.
 	onOwnServer := func(t *testing.T, args ...string) (*testenv.Server, *redis.Client, *nameHook, *manager.Manager, *observer.ObservedLogs) {
@@ -311,8 +327,8 @@ func TestRealRenamedDelifeqFallsBack(t *testing.T) {
 		ctx := ctxT(t)
 		_, _, h, m, logs := onOwnServer(t, renamed...)
 		cycle(t, ctx, m, 3)
-		if n := h.count("delifeq"); n != 0 {
-			t.Errorf("%d DELIFEQ sent to a server without it", n)
+		if n := h.count(del); n != 0 {
+			t.Errorf("%d %s sent to a server without it", n, del)
 		}
 		if n := h.count("evalsha"); n != 3 {
 			t.Errorf("%d EVALSHA, want 3 (every release by the script)", n)
@@ -326,8 +342,8 @@ func TestRealRenamedDelifeqFallsBack(t *testing.T) {
 		ctx := ctxT(t)
 		srv, c, h, m, logs := onOwnServer(t)
 		cycle(t, ctx, m, 1)
-		if n := h.count("delifeq"); n != 1 {
-			t.Fatalf("%d DELIFEQ before the restart, want 1", n)
+		if n := h.count(del); n != 1 {
+			t.Fatalf("%d %s before the restart, want 1", n, del)
 		}
 		srv.RestartWith(renamed...)
 		// go-redis drops the pooled connections the restart broke as it
@@ -337,8 +353,8 @@ func TestRealRenamedDelifeqFallsBack(t *testing.T) {
 		})
 		h.reset()
 		cycle(t, ctx, m, 3)
-		if n := h.count("delifeq"); n != 1 {
-			t.Errorf("%d DELIFEQ after the restart, want 1 (the first release's, answered unknown command)", n)
+		if n := h.count(del); n != 1 {
+			t.Errorf("%d %s after the restart, want 1 (the first release's, answered unknown command)", n, del)
 		}
 		if n := logs.FilterMessageSnippet("conditional commands").Len(); n != 1 {
 			t.Errorf("%d log lines about the conditional commands, want 1", n)
@@ -347,16 +363,16 @@ func TestRealRenamedDelifeqFallsBack(t *testing.T) {
 			t.Errorf("%d scripts run, want at least 3 (every release by the script)", n)
 		}
 
-		// The server comes back with DELIFEQ: the Manager's next look
-		// at the command tables turns the commands on again.
+		// The server comes back with the command: the Manager's next
+		// look at the command tables turns the commands on again.
 		srv.RestartWith()
-		eventually(t, 10*time.Second, "DELIFEQ in use again", func() bool {
+		eventually(t, 10*time.Second, del+" in use again", func() bool {
 			h.reset()
 			l, err := m.TryAcquire(ctx, "r")
 			if err != nil {
 				return false
 			}
-			return l.Release(ctx) == nil && h.count("delifeq") == 1
+			return l.Release(ctx) == nil && h.count(del) == 1
 		})
 		if n := logs.FilterMessageSnippet("conditional commands again").Len(); n != 1 {
 			t.Errorf("%d log lines about the conditional commands coming back, want 1", n)
@@ -438,8 +454,8 @@ func TestRealCommandsPerCall(t *testing.T) {
 	}
 	got := commandStats(t, ctx, admin)
 	want := map[string]int64{"set": 1, "evalsha": 1, "get": 1, "del": 1} // release.lua: GET, DEL
-	if onValkey() {
-		want = map[string]int64{"set": 1, "delifeq": 1}
+	if onConditional() {
+		want = map[string]int64{"set": 1, condDel(): 1}
 	}
 	if !maps.Equal(got, want) {
 		t.Errorf("uncontended acquire+release sent %v, want %v", got, want)
@@ -511,21 +527,22 @@ func TestRealCommandsPerCall(t *testing.T) {
 	t.Logf("first wait: %v; first hand-over: %v", waiting, handover)
 	t.Logf("a join of a contended lock: %v; its hand-over: %v; the last release: %v", join, steady, last)
 	t.Logf("commands per acquisition: %d at the first contention, %d while contended", total(waiting)+total(handover), total(join)+total(steady))
-	// The first contention goes by the scripts on both servers: the
-	// releaser took the lock uncontended, so on Valkey its DELIFEQ finds
-	// the mark the waiter set and the script follows.
-	if n := handover["delifeq"]; n > 1 {
-		t.Errorf("the hand-over sent %d DELIFEQ, want at most 1", n)
+	// The first contention goes by the scripts on every server: the
+	// releaser took the lock uncontended, so its conditional delete (on
+	// Valkey 9 and Redis 8) finds the mark the waiter set and the script
+	// follows.
+	if n := handover[condDel()]; n > 1 {
+		t.Errorf("the hand-over sent %d %s, want at most 1", n, condDel())
 	}
 	if waiting["evalsha"] != 1 || handover["evalsha"] != 1 {
 		t.Errorf("%d and %d scripts run by the first wait and hand-over, want 1 each", waiting["evalsha"], handover["evalsha"])
 	}
-	// While contended, Valkey joins with RPUSHX (and, once per Manager
-	// and queueTTLSlack, extends the queue's expiry) and hands over with
-	// LPOP, SET ... IFEQ and SPUBLISH; the last release of a lock handed
-	// over finds the queue empty: DELIFEQ and the "free" announcement.
-	// Redis runs the scripts.
-	if !onValkey() {
+	// While contended, Valkey 9 and Redis 8 join with RPUSHX (and, once
+	// per Manager and queueTTLSlack, extend the queue's expiry) and hand
+	// over with LPOP, SET ... IFEQ and SPUBLISH; the last release of a lock
+	// handed over finds the queue empty: the conditional delete and the
+	// "free" announcement. Redis 7 runs the scripts.
+	if !onConditional() {
 		if join["evalsha"] != 1 || steady["evalsha"] != 1 || last["evalsha"] != 1 {
 			t.Errorf("on Redis, %d, %d and %d scripts run by the join, the hand-over and the last release, want 1 each", join["evalsha"], steady["evalsha"], last["evalsha"])
 		}
@@ -537,16 +554,17 @@ func TestRealCommandsPerCall(t *testing.T) {
 	}{
 		{"join", join, map[string]int64{"rpushx": 1, "pexpireat": 1}},
 		{"hand-over", steady, map[string]int64{"lpop": 1, "set": 1, "spublish": 1}},
-		{"last release", last, map[string]int64{"lpop": 1, "delifeq": 1, "spublish": 1}},
+		{"last release", last, map[string]int64{"lpop": 1, condDel(): 1, "spublish": 1}},
 	} {
 		if !maps.Equal(c.got, c.want) {
-			t.Errorf("on Valkey, the %s sent %v, want %v", c.name, c.got, c.want)
+			t.Errorf("the %s sent %v, want %v", c.name, c.got, c.want)
 		}
 	}
 }
 
 // An unfenced batch's first try is MSETEX ... NX PX on a server that runs
-// it (Valkey 9.1, standalone; not on a cluster, see setServerCmds): a free
+// it (Valkey 9.1, Redis 8.4; standalone, not on a cluster, see
+// setServerCmds): a free
 // batch is taken in that one command; a batch
 // with a key held by another token, with the queued mark, or of another
 // type answers what the script answers (the same error, the same held
@@ -628,12 +646,12 @@ func TestRealMsetexBatchAnswersAsTheScript(t *testing.T) {
 				}
 				msetex, evalsha := h.count("msetex"), h.count("evalsha")
 				switch {
-				case (!onValkey() || tg.Name == "cluster") && msetex != 0:
-					t.Errorf("%s: %d MSETEX sent (Redis has none; a Valkey cluster runs it on any node)", c.name, msetex)
-				case onValkey() && tg.Name != "cluster" && msetex != 1:
-					t.Errorf("%s, on Valkey: %d MSETEX, want 1 (the first try)", c.name, msetex)
-				case onValkey() && tg.Name != "cluster" && c.name == "free" && evalsha != 1:
-					t.Errorf("free, on Valkey: %d EVALSHA, want 1 (the release only)", evalsha)
+				case (!onConditional() || tg.Name == "cluster") && msetex != 0:
+					t.Errorf("%s: %d MSETEX sent (Redis 7 has none; on a cluster it is not used)", c.name, msetex)
+				case onConditional() && tg.Name != "cluster" && msetex != 1:
+					t.Errorf("%s: %d MSETEX, want 1 (the first try)", c.name, msetex)
+				case onConditional() && tg.Name != "cluster" && c.name == "free" && evalsha != 1:
+					t.Errorf("free: %d EVALSHA, want 1 (the release only)", evalsha)
 				}
 			}
 		})

@@ -79,8 +79,9 @@ type benchPair struct {
 // both meet the same moments of a noisy machine: one manager against the
 // auto-pipelined floor on one client, four managers against it on four
 // clients (a fleet), and at 16 goroutines one manager against the plain
-// floor too; on a server with DELIFEQ (Valkey 9), one and four managers
-// against the native floor (SET NX PX, DELIFEQ) as well. It reports both
+// floor too; on a server with a conditional delete (Valkey 9: DELIFEQ;
+// Redis 8: DELEX ... IFEQ), one and four managers against the native
+// floor (SET NX PX, the conditional delete) as well. It reports both
 // sides' ops/s and shardlock's ÷ the floor's, and the servers' command time
 // per acquire+release of each side and shardlock's ÷ the floor's
 // (benchkit.CommandTime).
@@ -95,11 +96,11 @@ func BenchmarkDefaultsAlternating(b *testing.B) {
 				{"1manager-vs-autopipeline", benchkit.Managers(f.managers[:1]), floorTimed(f.aps[0]), []int{16, 64, 256}},
 				{"4managers-vs-4autopipelines", benchkit.Managers(f.managers), floorTimed(f.aps...), []int{16, 64, 256}},
 			}
-			if hasDelIfEq(b, f.clients[0]) {
-				// Valkey 9: the native floor too (SET NX PX, DELIFEQ).
+			if del := condDelOf(b, f.clients[0]); del != "" {
+				// Valkey 9, Redis 8: the native floor too (SET NX PX, DELIFEQ or DELEX).
 				pairs = append(pairs,
-					benchPair{"1manager-vs-native-autopipeline", benchkit.Managers(f.managers[:1]), nativeFloorTimed(f.aps[0]), []int{1, 16, 64, 256}},
-					benchPair{"4managers-vs-4native-autopipelines", benchkit.Managers(f.managers), nativeFloorTimed(f.aps...), []int{1, 16, 64, 256}})
+					benchPair{"1manager-vs-native-autopipeline", benchkit.Managers(f.managers[:1]), nativeFloorTimed(del, f.aps[0]), []int{1, 16, 64, 256}},
+					benchPair{"4managers-vs-4native-autopipelines", benchkit.Managers(f.managers), nativeFloorTimed(del, f.aps...), []int{1, 16, 64, 256}})
 			}
 			for _, p := range pairs {
 				for _, g := range p.gs {
@@ -199,29 +200,40 @@ func benchPaired(b *testing.B, client func(*testing.B) redis.UniversalClient, ne
 // mod len(cs).
 func floorTimed(cs ...redis.UniversalClient) benchkit.Op { return floorWith(benchkit.Deadline, cs...) }
 
-// nativeFloorTimed is floorTimed releasing with DELIFEQ (Valkey 9) in place
-// of the script: the native floor. The command goes by Process: an
+// nativeFloorTimed is floorTimed releasing with the server's conditional
+// delete (del: DELIFEQ on Valkey 9, DELEX ... IFEQ on Redis 8) in place of
+// the script: the native floor. The command goes by Process: an
 // AutoPipeliner sends what Do is given outside its batches.
-func nativeFloorTimed(cs ...redis.UniversalClient) benchkit.Op {
+func nativeFloorTimed(del string, cs ...redis.UniversalClient) benchkit.Op {
 	return floorRelease(benchkit.Deadline, func(ctx context.Context, c redis.UniversalClient, key, tok string) error {
 		cmd := redis.NewIntCmd(ctx, "delifeq", key, tok)
+		if del == "delex" {
+			cmd = redis.NewIntCmd(ctx, "delex", key, "ifeq", tok)
+		}
 		if err := c.Process(ctx, cmd); err != nil {
 			return err
 		}
 		if cmd.Val() != 1 {
-			return fmt.Errorf("floor: DELIFEQ %s answered %d", key, cmd.Val())
+			return fmt.Errorf("floor: %s %s answered %d", del, key, cmd.Val())
 		}
 		return nil
 	}, cs...)
 }
 
-// hasDelIfEq reports whether c's server runs DELIFEQ.
-func hasDelIfEq(b *testing.B, c redis.UniversalClient) bool {
-	info, err := c.Do(context.Background(), "command", "info", "delifeq").Slice()
+// condDelOf returns the conditional delete c's server runs: "delifeq"
+// (Valkey 9), else "delex" (Redis 8.4, Valkey 9.2), else "".
+func condDelOf(b *testing.B, c redis.UniversalClient) string {
+	info, err := c.Do(context.Background(), "command", "info", "delifeq", "delex").Slice()
 	if err != nil {
 		b.Fatal(err)
 	}
-	return len(info) == 1 && info[0] != nil
+	switch {
+	case len(info) == 2 && info[0] != nil:
+		return "delifeq"
+	case len(info) == 2 && info[1] != nil:
+		return "delex"
+	}
+	return ""
 }
 
 // floorWith is floorOp with each call's context made by newCtx, worker w

@@ -43,7 +43,7 @@ type acquired struct {
 // of the two waiters queued next (which look again when the claim lease
 // ends, should the new holder have died), each on its own hand-over
 // channel, and to nobody else: a release sends at most three messages
-// however many processes wait. (The native hand-over, on Valkey, tells the
+// however many processes wait. (The native hand-over, on Valkey 9 and Redis 8, tells the
 // new holder's Manager only: handover_native.go.) The lock's own channel carries only "free",
 // when the last holder's release deletes the marked key with nobody left to
 // hand it.
@@ -76,10 +76,11 @@ func TestRealHandOverReachesItsWaitersOnly(t *testing.T) {
 				t.Fatalf("waiter %d got the lock (%v); want waiter %d", a.who, a.err, i)
 			}
 			// To the new holder and to the two queued next, if any; on
-			// Valkey, a lock that was itself handed over hands on in
-			// the conditional commands, which tell the new holder only.
+			// Valkey 9 and Redis 8, a lock that was itself handed over
+			// hands on in the conditional commands, which tell the new
+			// holder only.
 			last := min(i+2, 4)
-			if onValkey() && i > 1 {
+			if onConditional() && i > 1 {
 				last = i
 			}
 			for w := i; w <= last; w++ {

@@ -18,13 +18,16 @@ import (
 // answering them, and the later look that turns them on again.
 
 // setServerCmds turns the native kinds on for what s says every master
-// runs, as far as WithConditionalCommands allows. MSETEX is for one server
-// only (standalone, Sentinel): a Valkey 9.1.2 cluster node runs it
-// whichever node serves the keys' slot, with no MOVED or ASK, so during a
-// slot migration a batch could land on a node that no longer serves it.
+// runs, as far as WithConditionalCommands allows: the conditional delete
+// is DELIFEQ where every master runs it, else DELEX ... IFEQ. MSETEX is
+// for one server only (standalone, Sentinel): a Valkey 9.1.2 cluster node
+// runs it whichever node serves the keys' slot, with no MOVED or ASK, so
+// during a slot migration a batch could land on a node that no longer
+// serves it.
 func (m *Manager) setServerCmds(s serverCmds) {
 	allowed := m.cfg.conditional == nil || *m.cfg.conditional
-	m.conditional.Store(allowed && s.conditional)
+	m.delex.Store(!s.delifeq)
+	m.conditional.Store(allowed && s.conditional())
 	m.msetex.Store(allowed && s.msetex && m.tr.Cluster() == nil)
 }
 
@@ -50,6 +53,15 @@ func (m *Manager) scriptAfter(err error, family *atomic.Bool) bool {
 		}
 	}
 	return true
+}
+
+// condDel returns the command that deletes key if it holds val (1 when it
+// did, 0 when it did not): DELIFEQ, or DELEX ... IFEQ (setServerCmds).
+func (m *Manager) condDel(ctx context.Context, key string, val any) *redis.IntCmd {
+	if m.delex.Load() {
+		return redis.NewIntCmd(ctx, "delex", key, "ifeq", val)
+	}
+	return redis.NewIntCmd(ctx, "delifeq", key, val)
 }
 
 // serverCmdsRecheck is how long after a reply turned a family of commands
@@ -95,7 +107,7 @@ func (m *Manager) recheckServerCmds() {
 func (m *Manager) serverCmdsEverywhere() (_ serverCmds, ok bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), DefaultStartup)
 	defer cancel()
-	all := serverCmds{conditional: true, msetex: true}
+	all := allServerCmds
 	var mu sync.Mutex
 	err := m.tr.EachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
 		s, err := serverCommands(ctx, c)

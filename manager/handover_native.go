@@ -28,7 +28,7 @@ import (
 // queue with its expiry and sets the mark in one step; so do a process's
 // first waiter, a re-check and a fencing waiter. A waiter queued behind a
 // holder that died or lost the key, or behind one that then took the free
-// key with SET NX (no mark: its release is a DELIFEQ), is not handed it: it
+// key with SET NX (no mark: its release is a conditional delete), is not handed it: it
 // finds the key by its re-checks, as a waiter whose announcement was lost
 // does.
 //
@@ -37,7 +37,8 @@ import (
 // token (with the mark, on the claim lease) IFEQ its own, then SPUBLISH of
 // the hand-over on that waiter's channel: three commands in three round
 // trips, since the announcement must not go out before the key is the
-// waiter's. An empty queue makes it DELIFEQ and the "free" announcement.
+// waiter's. An empty queue makes it the conditional delete (DELIFEQ or
+// DELEX ... IFEQ, condDel) and the "free" announcement.
 // Entries past their deadline, by this process's clock, and junk are
 // dropped, as the script drops them; a fencing waiter's entry is pushed
 // back (pushBack) and the release goes by the script, which takes its
@@ -140,7 +141,7 @@ func (m *Manager) releaseQueuedNative(ctx context.Context, l *Lock) (code int64,
 		// The SET may have run: its waiter finds its token on a re-check.
 		return 0, true, err
 	}
-	del := redis.NewIntCmd(ctx, "delifeq", l.key, mine)
+	del := m.condDel(ctx, l.key, mine)
 	err = m.tr.Process(ctx, m.cmd, del)
 	if err == nil && del.Val() == 1 {
 		_ = m.tr.Process(ctx, m.cmd, redis.NewIntCmd(ctx, "spublish", sharding.ChannelName(l.key), "free"))

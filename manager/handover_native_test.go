@@ -14,14 +14,15 @@ import (
 
 // The release and extend of a lock handed over from Redis's queue (its key
 // holds its token with the queued mark) answer in the conditional commands
-// (handover_native.go, on Valkey 9) what the scripts answer, case by case:
+// (handover_native.go, on Valkey 9 and Redis 8) what the scripts answer, case by case:
 // held with nobody queued, expired, held by another token, force-released,
 // a key of another type, a waiter queued (handed the lock), the key
 // expired with a waiter queued (nothing left without an expiry), a fencing
 // waiter queued (handed the lock with a fence, by the script), and junk
-// and a dead entry ahead of a waiter (dropped). On Valkey the test also
-// checks what the default Manager's release sends in each case (no script
-// where the commands do it all); on Redis 7 both sides run the scripts.
+// and a dead entry ahead of a waiter (dropped). On Valkey 9 and Redis 8
+// the test also checks what the default Manager's release sends in each
+// case (no script where the commands do it all); on Redis 7 both sides run
+// the scripts.
 func TestRealNativeHandOverAnswersAsTheScript(t *testing.T) {
 	for _, tg := range []testenv.Target{testenv.Targets()[0], testenv.Targets()[2]} {
 		t.Run(tg.Name, func(t *testing.T) {
@@ -148,16 +149,18 @@ func TestRealNativeHandOverAnswersAsTheScript(t *testing.T) {
 				}
 				return o
 			}
-			// On Valkey, what the native release sends per case: LPOP
-			// first; a hand-over's SET ... IFEQ and its SPUBLISH; an empty
-			// queue's DELIFEQ and "free"; the script where a reply says the
-			// key is not as expected, or for a fencing waiter (pushed back).
-			valkeySent := map[string]map[string]int{
-				"held":                        {"lpop": 1, "delifeq": 1, "spublish": 1},
-				"expired":                     {"lpop": 1, "delifeq": 1, "evalsha": 1},
-				"another token":               {"lpop": 1, "delifeq": 1, "evalsha": 1},
-				"force-released":              {"lpop": 1, "delifeq": 1, "evalsha": 1, "get": 1}, // the GET reads who and why
-				"another type":                {"lpop": 1, "delifeq": 1, "evalsha": 1},
+			// Where the server has the commands, what the native release
+			// sends per case: LPOP first; a hand-over's SET ... IFEQ and its
+			// SPUBLISH; an empty queue's conditional delete (del) and
+			// "free"; the script where a reply says the key is not as
+			// expected, or for a fencing waiter (pushed back).
+			del := condDel()
+			nativeSent := map[string]map[string]int{
+				"held":                        {"lpop": 1, del: 1, "spublish": 1},
+				"expired":                     {"lpop": 1, del: 1, "evalsha": 1},
+				"another token":               {"lpop": 1, del: 1, "evalsha": 1},
+				"force-released":              {"lpop": 1, del: 1, "evalsha": 1, "get": 1}, // the GET reads who and why
+				"another type":                {"lpop": 1, del: 1, "evalsha": 1},
 				"waiter queued":               {"lpop": 1, "set": 1, "spublish": 1},
 				"expired, waiter queued":      {"lpop": 1, "set": 1, "lpushx": 1, "evalsha": 1},
 				"fencing waiter queued":       {"lpop": 1, "lpushx": 1, "evalsha": 1},
@@ -169,11 +172,11 @@ func TestRealNativeHandOverAnswersAsTheScript(t *testing.T) {
 				if got != want {
 					t.Errorf("%s: conditional commands answered %+v, the scripts %+v", c.name, got, want)
 				}
-				if onValkey() && !maps.Equal(sent, valkeySent[c.name]) {
-					t.Errorf("%s, on Valkey: the native release sent %v, want %v", c.name, sent, valkeySent[c.name])
+				if onConditional() && !maps.Equal(sent, nativeSent[c.name]) {
+					t.Errorf("%s: the native release sent %v, want %v", c.name, sent, nativeSent[c.name])
 				}
-				if !onValkey() && sent["lpop"] != 0 {
-					t.Errorf("%s, on Redis: the release sent %v, want the script only", c.name, sent)
+				if !onConditional() && sent["lpop"] != 0 {
+					t.Errorf("%s, on Redis 7: the release sent %v, want the script only", c.name, sent)
 				}
 				switch c.name {
 				case "held":

@@ -11,9 +11,9 @@ import (
 )
 
 // kindExclusiveNative is kindExclusive spoken in the conditional commands
-// of newer servers, where every master has them (Valkey 9.0 and later): a
-// release of a lock nobody queued for is DELIFEQ, an extend is SET ...
-// IFEQ ... PX. Both are single-key commands the server runs without Lua.
+// of newer servers, where every master has them (Valkey 9.0 and later,
+// Redis 8.4 and later): a release of a lock nobody queued for is DELIFEQ
+// (Valkey) or DELEX ... IFEQ (Redis), an extend is SET ... IFEQ ... PX. Both are single-key commands the server runs without Lua.
 // A fair waiter's first attempt joins the queue, and a lock that came
 // through the queue is handed on, in the same commands where the Lock
 // knows what its key holds (handover_native.go). When one answers that it
@@ -53,7 +53,7 @@ func (exclusiveNativeKind) release(m *Manager, ctx context.Context, l *Lock, ent
 			return nil, code, 0, nil
 		}
 	case !l.viaQueue:
-		cmd := redis.NewIntCmd(ctx, "delifeq", l.key, l.args[0])
+		cmd := m.condDel(ctx, l.key, l.args[0])
 		err := m.tr.Process(ctx, m.cmd, cmd)
 		if err == nil && cmd.Val() == 1 {
 			return nil, scripts.Done, 0, nil

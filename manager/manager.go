@@ -32,9 +32,12 @@ type Manager struct {
 	bg     sync.WaitGroup // Observe's goroutines: they end with m.closing, and Close waits for them
 
 	closed atomic.Bool
-	// conditional: every master runs DELIFEQ and SET ... IFEQ, and
-	// WithConditionalCommands is not off (see kindExclusiveNative).
+	// conditional: every master runs SET ... IFEQ and DELIFEQ or DELEX
+	// ... IFEQ, and WithConditionalCommands is not off (see
+	// kindExclusiveNative); delex: the conditional delete is DELEX, not
+	// DELIFEQ (condDel).
 	conditional atomic.Bool
+	delex       atomic.Bool
 	// msetex: every master runs MSETEX with NX and PX, and
 	// WithConditionalCommands is not off (see kindBatchNative).
 	msetex     atomic.Bool

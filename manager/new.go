@@ -94,7 +94,7 @@ func (m *Manager) startupCheck(ctx context.Context) error {
 func (m *Manager) startupCheckOnce(ctx context.Context) error {
 	var (
 		mu    sync.Mutex
-		found = serverCmds{conditional: true, msetex: true}
+		found = allServerCmds
 	)
 	check := func(ctx context.Context, c *redis.Client) error {
 		info, err := c.Info(ctx, "server").Result()

@@ -205,9 +205,10 @@ func (h countAllHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 }
 
 // The servers the tests run on are the ones the test script says
-// (SHARDLOCK_SERVER): Redis 7.0 or later that is not Valkey, Valkey 9 or
-// later, or Valkey 8 (Valkey reports redis_version 7.2.4 whatever its own
-// version), on the standalone server and every master of the cluster.
+// (SHARDLOCK_SERVER): Redis 7.0 or later that is not Valkey, Redis 8.4 or
+// later, Valkey 9 or later, or Valkey 8 (Valkey reports redis_version
+// 7.2.4 whatever its own version), on the standalone server and every
+// master of the cluster.
 func TestRealServersAreTheExpectedOnes(t *testing.T) {
 	want := os.Getenv("SHARDLOCK_SERVER")
 	ctx := ctxT(t)
@@ -232,6 +233,10 @@ func TestRealServersAreTheExpectedOnes(t *testing.T) {
 			if valkeyV != "" || major(redisV) < 7 {
 				t.Errorf("%s: want Redis 7.0 or later, got redis_version %s, valkey_version %q", name, redisV, valkeyV)
 			}
+		case "redis8":
+			if minor, _ := strconv.Atoi(strings.Split(redisV+".0", ".")[1]); valkeyV != "" || major(redisV) < 8 || major(redisV) == 8 && minor < 4 {
+				t.Errorf("%s: want Redis 8.4 or later, got redis_version %s, valkey_version %q", name, redisV, valkeyV)
+			}
 		case "valkey":
 			if major(valkeyV) < 9 {
 				t.Errorf("%s: want Valkey 9.0 or later, got valkey_version %q", name, valkeyV)
@@ -242,7 +247,7 @@ func TestRealServersAreTheExpectedOnes(t *testing.T) {
 			}
 		case "": // run by hand, not by scripts/test.sh: any server
 		default:
-			t.Errorf("SHARDLOCK_SERVER is %q: want redis, valkey or valkey8", want)
+			t.Errorf("SHARDLOCK_SERVER is %q: want redis, redis8, valkey or valkey8", want)
 		}
 	}
 	check("standalone", testenv.Standalone(t))

@@ -207,8 +207,8 @@ func WithReplicaAck(n int, timeout time.Duration, policy ReplicaPolicy) Option {
 func WithCoalescing(on bool) Option { return optionFunc(func(c *config) { c.coalescing = &on }) }
 
 // WithConditionalCommands says whether the Manager releases and extends
-// unfenced locks with the server's conditional commands (DELIFEQ, SET ...
-// IFEQ), hands a contended one over in them (RPUSHX to join the queue;
+// unfenced locks with the server's conditional commands (DELIFEQ or DELEX
+// ... IFEQ, SET ... IFEQ), hands a contended one over in them (RPUSHX to join the queue;
 // LPOP, SET ... IFEQ and SPUBLISH to hand it on), and makes an unfenced
 // batch's first try with MSETEX ... NX PX, where every master runs them,
 // as the startup check finds (default on);

@@ -37,7 +37,7 @@ var localReplays atomic.Int64
 func replayed(cmd redis.Cmder) bool {
 	args := cmd.Args()
 	switch cmd.Name() {
-	case "delifeq": // the conditional commands' release and extend (Valkey 9)
+	case "delifeq", "delex": // the conditional commands' release and extend (Valkey 9, Redis 8)
 		return true
 	case "set":
 		return len(args) > 3 && fmt.Sprint(args[3]) == "ifeq"

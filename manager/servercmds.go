@@ -15,13 +15,24 @@ import (
 
 // serverCmds says which of the newer servers' commands every master runs.
 type serverCmds struct {
-	conditional bool // DELIFEQ, and SET ... IFEQ (Valkey 9.0)
-	msetex      bool // MSETEX with NX and PX (Valkey 9.1)
+	setIfeq bool // SET ... IFEQ (Valkey 8.1, Redis 8.4)
+	delifeq bool // DELIFEQ (Valkey 9.0)
+	delex   bool // DELEX ... IFEQ (Redis 8.4, Valkey 9.2)
+	msetex  bool // MSETEX with NX and PX (Valkey 9.1, Redis 8.4)
 }
+
+// allServerCmds is every command, what and starts from.
+var allServerCmds = serverCmds{setIfeq: true, delifeq: true, delex: true, msetex: true}
+
+// conditional reports whether the servers run a conditional write and a
+// conditional delete: what kindExclusiveNative and the native hand-over
+// need.
+func (s serverCmds) conditional() bool { return s.setIfeq && (s.delifeq || s.delex) }
 
 // and is what two sets of masters both run.
 func (s serverCmds) and(o serverCmds) serverCmds {
-	return serverCmds{conditional: s.conditional && o.conditional, msetex: s.msetex && o.msetex}
+	return serverCmds{setIfeq: s.setIfeq && o.setIfeq, delifeq: s.delifeq && o.delifeq,
+		delex: s.delex && o.delex, msetex: s.msetex && o.msetex}
 }
 
 // serverCommands reports which of the commands the server c talks to runs,
@@ -29,30 +40,45 @@ func (s serverCmds) and(o serverCmds) serverCmds {
 // disabled command is absent there, whatever the server's version. An
 // error reply to COMMAND (an emulator) counts as none.
 func serverCommands(ctx context.Context, c *redis.Client) (serverCmds, error) {
-	info, err := c.Do(ctx, "command", "info", "delifeq", "msetex").Slice()
+	var s serverCmds
+	// In COMMAND INFO's order; each command whose arguments matter is
+	// confirmed in its docs.
+	cmds := []struct {
+		has   *bool
+		name  string
+		words []string
+	}{
+		{&s.setIfeq, "set", []string{"ifeq"}},
+		{&s.delifeq, "delifeq", nil},
+		{&s.delex, "delex", []string{"ifeq"}},
+		{&s.msetex, "msetex", []string{"nx", "px"}},
+	}
+	info, err := c.Do(ctx, "command", "info", "set", "delifeq", "delex", "msetex").Slice()
 	if transport.IsReply(err) {
 		return serverCmds{}, nil
 	}
 	if err != nil {
 		return serverCmds{}, err
 	}
-	var s serverCmds
-	if len(info) == 2 {
-		s.conditional, s.msetex = info[0] != nil, info[1] != nil
+	if len(info) != len(cmds) {
+		return serverCmds{}, nil
 	}
-	if s.msetex {
-		docs, err := c.Do(ctx, "command", "docs", "msetex").Result()
+	for i, cmd := range cmds {
+		if info[i] == nil {
+			continue
+		}
+		if len(cmd.words) == 0 {
+			*cmd.has = true
+			continue
+		}
+		docs, err := c.Do(ctx, "command", "docs", cmd.name).Result()
 		if err != nil && !transport.IsReply(err) {
 			return serverCmds{}, err
 		}
-		s.msetex = err == nil && mentions(docs, "nx") && mentions(docs, "px")
-	}
-	if s.conditional {
-		docs, err := c.Do(ctx, "command", "docs", "set").Result()
-		if err != nil && !transport.IsReply(err) {
-			return serverCmds{}, err
+		*cmd.has = err == nil
+		for _, w := range cmd.words {
+			*cmd.has = *cmd.has && mentions(docs, w)
 		}
-		s.conditional = err == nil && mentions(docs, "ifeq")
 	}
 	return s, nil
 }

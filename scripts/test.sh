@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Runs shardlock's whole test suite against real servers, three times: on
+# Runs shardlock's whole test suite against real servers, four times: on
 # Redis 7.0 (Debian's redis-server, the oldest server shardlock supports),
-# on Valkey 9 (scripts/valkey.sh fetches it from Debian's testing suite
-# without touching the system) and on Valkey 8.0 (SHARDLOCK_VALKEY=8
+# on Redis 8 (scripts/redis8.sh fetches it from Debian's experimental
+# suite without touching the system: DELEX, SET ... IFEQ and MSETEX), on
+# Valkey 9 (scripts/valkey.sh, from Debian's testing suite: DELIFEQ, SET
+# ... IFEQ and MSETEX) and on Valkey 8.0 (SHARDLOCK_VALKEY=8
 # scripts/valkey.sh: bookworm-backports, no conditional commands, the Lua
 # paths on Valkey). For each it starts a standalone
 # server, a Sentinel and two 3-master, 3-replica clusters on 127.0.0.1
@@ -12,7 +14,7 @@
 # runs gofmt, go vet and staticcheck (installed with go install at a pinned
 # version), and after the Redis row the fuzz target and every benchmark
 # once. A test that needs a server fails here rather than skips.
-# SHARDLOCK_SERVERS=redis (or valkey, or valkey8, or several) runs those
+# SHARDLOCK_SERVERS=redis (or redis8, valkey, valkey8, or several) runs those
 # rows only.
 #
 #   scripts/test.sh                 # everything
@@ -27,7 +29,7 @@ if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/de
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq prometheus prometheus-alertmanager >/dev/null
 fi
-servers=${SHARDLOCK_SERVERS:-redis valkey valkey8}
+servers=${SHARDLOCK_SERVERS:-redis redis8 valkey valkey8}
 export SHARDLOCK_REQUIRE_REDIS=1 SHARDLOCK_REQUIRE_TOOLS=1
 
 echo "== gofmt -l ."
@@ -77,6 +79,13 @@ if [[ " $servers " == *" redis "* ]]; then
     (cd bench/peers && go vet ./... && go test -run '^$' -bench . -benchtime 1x -timeout 5m ./... >/dev/null)
   fi
   scripts/redis-test-env.sh down
+  trap - EXIT
+fi
+
+if [[ " $servers " == *" redis8 "* ]]; then
+  redis8_bin=$(scripts/redis8.sh)
+  PATH="$redis8_bin:$PATH" row redis8 "$PWD/.redis-test-redis8" "$@"
+  PATH="$redis8_bin:$PATH" scripts/redis-test-env.sh down
   trap - EXIT
 fi
 
