@@ -270,13 +270,15 @@ func (co *coalescer) idle(l *lane) {
 }
 
 // cmdKey returns the first key of cmd, one of the lock calls' commands:
-// a script's first key, or the key of a single-key command.
+// a script's first key, MSETEX's, or the key of a single-key command.
 func cmdKey(cmd redis.Cmder) string {
 	args := cmd.Args()
 	i := 1
 	switch cmd.Name() {
 	case "eval", "evalsha", "eval_ro", "evalsha_ro":
 		i = 3
+	case "msetex": // MSETEX numkeys key value ...
+		i = 2
 	}
 	if len(args) <= i {
 		return ""

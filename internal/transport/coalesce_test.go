@@ -459,3 +459,24 @@ func TestCoalescerFlusherEndsAfterClose(t *testing.T) {
 
 // goroutineHook records, per command name, whether a command was sent on
 // a goroutine running inSender: the caller's, as opposed to one of the
+
+// cmdKey finds the first key of each command the lock calls send, so that
+// the coalescer queues it for the master that serves that key.
+func TestCmdKey(t *testing.T) {
+	bg := context.Background()
+	for _, c := range []struct {
+		cmd  redis.Cmder
+		want string
+	}{
+		{redis.NewStatusCmd(bg, "set", "k", "v", "nx", "px", 1000), "k"},
+		{redis.NewCmd(bg, "evalsha", "sha", 2, "k1", "k2", "a"), "k1"},
+		{redis.NewCmd(bg, "eval", "return 1", 1, "k1"), "k1"},
+		{redis.NewIntCmd(bg, "msetex", "2", "k1", "v", "k2", "v", "nx", "px", "1000"), "k1"},
+		{redis.NewIntCmd(bg, "delifeq", "k", "v"), "k"},
+		{redis.NewCmd(bg, "ping"), ""},
+	} {
+		if got := cmdKey(c.cmd); got != c.want {
+			t.Errorf("cmdKey(%v) = %q, want %q", c.cmd.Args(), got, c.want)
+		}
+	}
+}
