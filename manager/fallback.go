@@ -19,16 +19,27 @@ import (
 
 // setServerCmds turns the native kinds on for what s says every master
 // runs, as far as WithConditionalCommands allows: the conditional delete
-// is DELIFEQ where every master runs it, else DELEX ... IFEQ. MSETEX is
-// for one server only (standalone, Sentinel): a Valkey 9.1.2 cluster node
-// runs it whichever node serves the keys' slot, with no MOVED or ASK, so
-// during a slot migration a batch could land on a node that no longer
-// serves it.
+// is DELIFEQ where every master runs it, else DELEX ... IFEQ. On a
+// cluster, MSETEX counts only where every master routes it by its keys'
+// slot (masterCmds).
 func (m *Manager) setServerCmds(s serverCmds) {
 	allowed := m.cfg.conditional == nil || *m.cfg.conditional
 	m.delex.Store(!s.delifeq)
 	m.conditional.Store(allowed && s.conditional())
-	m.msetex.Store(allowed && s.msetex && m.tr.Cluster() == nil)
+	m.msetex.Store(allowed && s.msetex)
+}
+
+// masterCmds is serverCommands of master c, where on a cluster MSETEX
+// counts only if c routes it by its keys' slot (msetexRoutes).
+func (m *Manager) masterCmds(ctx context.Context, c *redis.Client) (serverCmds, error) {
+	s, err := serverCommands(ctx, c)
+	if err != nil || !s.msetex {
+		return s, err
+	}
+	if cc := m.tr.Cluster(); cc != nil {
+		s.msetex, err = msetexRoutes(ctx, cc, c, m.cfg.prefix)
+	}
+	return s, err
 }
 
 // scriptAfter reports whether a native command's error is one the script
@@ -110,7 +121,7 @@ func (m *Manager) serverCmdsEverywhere() (_ serverCmds, ok bool) {
 	all := allServerCmds
 	var mu sync.Mutex
 	err := m.tr.EachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-		s, err := serverCommands(ctx, c)
+		s, err := m.masterCmds(ctx, c)
 		mu.Lock()
 		all = all.and(s)
 		mu.Unlock()

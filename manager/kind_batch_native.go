@@ -5,6 +5,8 @@ import (
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/shardlock/shardlock/internal/transport"
 )
 
 // kindBatchNative is kindBatch whose first try at a batch is MSETEX ... NX
@@ -16,11 +18,14 @@ import (
 // key. Everything else (later tries, the fenced batch, a batch under
 // WithReplicaAck, release, extend, TTL) is kindBatch's.
 //
-// acquireBatch chooses it for an unfenced batch on one server (standalone
-// or Sentinel: see setServerCmds for why not on a cluster) when New found
-// MSETEX there (Manager.msetex) and WithConditionalCommands is not off. A
-// reply of "unknown command" turns it off for the Manager, as the
-// conditional commands are (see scriptAfter).
+// acquireBatch chooses it for an unfenced batch when New found MSETEX on
+// every master (Manager.msetex; on a cluster, only where every master
+// routes it by its keys' slot: see msetexRoutes) and
+// WithConditionalCommands is not off. On a cluster a redirect is followed
+// (the coalescer), and TRYAGAIN, the slot migrating with the batch's keys
+// not all on its target, sends the attempt to the script, which takes
+// the batch key by key. A reply of "unknown command" turns it off for the
+// Manager, as the conditional commands are (see scriptAfter).
 var kindBatchNative lockKind = batchNativeKind{}
 
 type batchNativeKind struct{ batchKind }
@@ -36,7 +41,11 @@ func (k batchNativeKind) attempt(m *Manager, ctx context.Context, a attemptArgs)
 		}
 		args = append(args, "nx", "px", a.ac.ttlMs)
 		cmd := redis.NewIntCmd(ctx, args...)
-		err := m.tr.Process(ctx, m.cmd, cmd)
+		pctx := ctx
+		if len(keys) > 1 {
+			pctx = transport.WithTryAgainFallback(ctx) // the script takes it from there
+		}
+		err := m.tr.Process(pctx, m.cmd, cmd)
 		if err == nil && cmd.Val() == 1 {
 			return attemptResult{status: attemptFresh}, nil
 		}

@@ -108,7 +108,7 @@ func (m *Manager) startupCheckOnce(ctx context.Context) error {
 		if v != "" && versionLess(v, minServer) {
 			return &ServerVersionError{Addr: c.Options().Addr, Version: v, Need: minServer}
 		}
-		s, err := serverCommands(ctx, c)
+		s, err := m.masterCmds(ctx, c)
 		if err != nil {
 			return err
 		}

@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -18,7 +19,7 @@ type serverCmds struct {
 	setIfeq bool // SET ... IFEQ (Valkey 8.1, Redis 8.4)
 	delifeq bool // DELIFEQ (Valkey 9.0)
 	delex   bool // DELEX ... IFEQ (Redis 8.4, Valkey 9.2)
-	msetex  bool // MSETEX with NX and PX (Valkey 9.1, Redis 8.4)
+	msetex  bool // MSETEX with NX and PX (Valkey 9.1, Redis 8.4); on a cluster, routed by its keys' slot (msetexRoutes)
 }
 
 // allServerCmds is every command, what and starts from.
@@ -109,4 +110,38 @@ func mentions(reply any, word string) bool {
 		}
 	}
 	return false
+}
+
+// msetexProbes bounds the keys msetexRoutes tries for one in a slot that
+// its master does not serve.
+const msetexProbes = 256
+
+// msetexRoutes reports whether master c of cluster cc answers MSETEX for
+// a key of a slot that another master serves with a redirect, as it
+// answers every other command. (A Valkey 9.1.2 cluster node runs MSETEX
+// whichever node serves its keys: during a slot migration a batch taken
+// that way could land on the node that no longer serves it.) The probe
+// cannot write on any server: it asks for NX and XX together and an
+// expiry of 0, which a node that runs it refuses ("syntax error"); its key
+// is under prefix, so that an ACL that lets the Manager's keys through
+// lets it through too. A master that serves every slot tried (a cluster
+// of one master) has no slot to ask about: false.
+func msetexRoutes(ctx context.Context, cc *redis.ClusterClient, c *redis.Client, prefix string) (bool, error) {
+	addr := c.Options().Addr
+	for i := range msetexProbes {
+		key := prefix + "{msetex-probe-" + strconv.Itoa(i) + "}"
+		n, err := cc.MasterForKey(ctx, key)
+		if err != nil {
+			return false, err
+		}
+		if n.Options().Addr == addr {
+			continue
+		}
+		err = c.Do(ctx, "msetex", "1", key, "0", "nx", "xx", "px", "0").Err()
+		if err != nil && (!transport.IsReply(err) || transport.IsNotNow(err)) {
+			return false, err // the startup check waits out a "not now"
+		}
+		return transport.IsRedirect(err), nil
+	}
+	return false, nil
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/shardlock/shardlock/internal/testenv"
+	"github.com/shardlock/shardlock/internal/transport"
 )
 
 // serverCommands finds in the command table what each server the tests
@@ -50,5 +51,52 @@ func TestRealServerCommandsFound(t *testing.T) {
 	}
 	if m.conditional.Load() != got.conditional() {
 		t.Errorf("the Manager's conditional commands on: %v, want %v", m.conditional.Load(), got.conditional())
+	}
+}
+
+// On a cluster MSETEX counts only where every master answers it with a
+// redirect for a key of a slot another master serves, as it answers every
+// other command: what a master does with such a key, tried with a test key
+// that expires at once, decides (a Redis 8 node answers MOVED; a Valkey
+// 9.1.2 node runs it). msetexRoutes' probe tells the same without
+// writing, and the Manager's batch takes MSETEX on the cluster exactly
+// then.
+func TestRealMsetexOnAClusterOnlyWhereRouted(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cc := testenv.Cluster(t)
+	probe := testenv.Unique("msetex-routes")
+	_, other := testenv.MastersOf(t, ctx, cc, probe)
+	s, err := serverCommands(ctx, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes := false
+	if s.msetex {
+		// 1 (set, on the wrong master, for a second) or a redirect.
+		v, err := other.Do(ctx, "msetex", "1", probe, "x", "nx", "px", "1000").Result()
+		t.Logf("MSETEX of a key of another master's slot: %v, %v", v, err)
+		routes = transport.IsRedirect(err)
+		if !routes && v != int64(1) {
+			t.Fatalf("MSETEX of a key of another master's slot answered %v, %v: neither a redirect nor run", v, err)
+		}
+		got, err := msetexRoutes(ctx, cc, other, "shardlock:")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != routes {
+			t.Errorf("msetexRoutes: %v, but the master answers a key of another slot with %v", got, routes)
+		}
+	}
+	if os.Getenv("SHARDLOCK_SERVER") == "redis8" && !routes {
+		t.Error("a Redis 8 master runs MSETEX of a key of another master's slot")
+	}
+	m, err := New(ctx, cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = m.Close(context.Background()) }()
+	if m.msetex.Load() != routes {
+		t.Errorf("the Manager's batch takes MSETEX on the cluster: %v, want %v", m.msetex.Load(), routes)
 	}
 }
