@@ -32,11 +32,7 @@ func (m *Manager) attemptBatch(ctx context.Context, b *batchInfo, token any, ac 
 		}
 		return status, fences, held, replicas, err
 	}
-	actx := ctx
-	if len(keys) > 1 {
-		actx = transport.WithTryAgainFallback(ctx)
-	}
-	res, err := scripts.AcquireBatch.Run(actx, m.cmd, keys, token, ac.ttlMs, fencing, try, marks).Result()
+	res, err := scripts.AcquireBatch.Run(m.batchCtx(ctx, len(keys)), m.cmd, keys, token, ac.ttlMs, fencing, try, marks).Result()
 	if transport.IsTryAgain(err) {
 		status, fences, held, err = m.attemptBatchKeys(ctx, b, token, ac, first, mark)
 		return status, fences, held, 0, err
@@ -45,6 +41,18 @@ func (m *Manager) attemptBatch(ctx context.Context, b *batchInfo, token any, ac 
 	}
 	status, fences, held, err = parseBatchReply(res, ac.fencing)
 	return status, fences, held, 0, err
+}
+
+// batchCtx is ctx for a batch's acquire command on n keys: on a cluster,
+// one whose TRYAGAIN (its slot migrating, the keys not all on the target)
+// comes back to the caller, who takes the batch key by key
+// (attemptBatchKeys), rather than being sent again until ctx ends. One
+// server never answers TRYAGAIN: ctx as it is.
+func (m *Manager) batchCtx(ctx context.Context, n int) context.Context {
+	if n > 1 && m.tr.Cluster() != nil {
+		return transport.WithTryAgainFallback(ctx)
+	}
+	return ctx
 }
 
 // attemptBatchKeys is a batch's attempt (or a fenced lock's, a batch of

@@ -5,8 +5,6 @@ import (
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/shardlock/shardlock/internal/transport"
 )
 
 // kindBatchNative is kindBatch whose first try at a batch is MSETEX ... NX
@@ -41,11 +39,7 @@ func (k batchNativeKind) attempt(m *Manager, ctx context.Context, a attemptArgs)
 		}
 		args = append(args, "nx", "px", a.ac.ttlMs)
 		cmd := redis.NewIntCmd(ctx, args...)
-		pctx := ctx
-		if len(keys) > 1 {
-			pctx = transport.WithTryAgainFallback(ctx) // the script takes it from there
-		}
-		err := m.tr.Process(pctx, m.cmd, cmd)
+		err := m.tr.Process(m.batchCtx(ctx, len(keys)), m.cmd, cmd)
 		if err == nil && cmd.Val() == 1 {
 			return attemptResult{status: attemptFresh}, nil
 		}
