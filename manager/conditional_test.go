@@ -40,7 +40,8 @@ func condDel() string {
 }
 
 // nameHook records the names of the commands a client sends, alone or in
-// pipelines, and may rename one on its way (as rename-command would make
+// pipelines (a new connection's handshake left out: the pool may dial
+// during any call), and may rename one on its way (as rename-command would make
 // the server see it).
 type nameHook struct {
 	mu     sync.Mutex
@@ -52,9 +53,13 @@ func newNameHook() *nameHook { return &nameHook{names: map[string]int{}} }
 
 func (h *nameHook) see(cmd redis.Cmder) {
 	inner := unwrapCmd(cmd)
+	name := inner.Name()
+	switch name {
+	case "hello", "auth", "client", "select":
+		return // a new connection's handshake, not a call's command
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	name := inner.Name()
 	if to, ok := h.rename[name]; ok {
 		inner.Args()[0] = to
 	}
