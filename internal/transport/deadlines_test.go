@@ -14,24 +14,13 @@ import (
 // watch's sweep), in flight and queued alike, and its command is never
 // sent when it was still queued.
 func TestCoalescerWatchSeesCancellation(t *testing.T) {
-	co, h := newHeldCoalescer(t)
-	h.hold.Store(true)
+	co, h, inCancel, inFlight := holdOneInFlight(t)
 	bg := context.Background()
-	inCtx, inCancel := context.WithTimeout(bg, time.Hour)
-	defer inCancel()
-	inFlight := make(chan error, 1)
-	go func() { inFlight <- co.Process(inCtx, redis.NewStatusCmd(bg, "set", "a", "in-flight")) }()
-	<-h.held
 	qCtx, qCancel := context.WithTimeout(bg, time.Hour)
 	defer qCancel()
 	queuedErr := make(chan error, 1)
 	go func() { queuedErr <- co.Process(qCtx, redis.NewStatusCmd(bg, "set", "b", "queued")) }()
-	for i := 0; co.queuedLen() < 1; i++ { // no signal for "queued": poll, bounded
-		if i == 5000 {
-			t.Fatal("the second command is not queued after 5 s")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	awaitQueued(t, co, 1)
 	inCancel()
 	qCancel()
 	for name, ch := range map[string]chan error{"in-flight": inFlight, "queued": queuedErr} {
@@ -97,13 +86,8 @@ func TestQueuedExpireIsForOneGeneration(t *testing.T) {
 // a select on ctx.Done() (callers tell their own deadline from a failure
 // by it).
 func TestCoalescerWatchReturnsAfterTheContextEnds(t *testing.T) {
-	co, h := newHeldCoalescer(t)
-	h.hold.Store(true)
+	co, _, _, _ := holdOneInFlight(t)
 	bg := context.Background()
-	ictx, icancel := context.WithTimeout(bg, time.Hour)
-	defer icancel()
-	go func() { _ = co.Process(ictx, redis.NewStatusCmd(bg, "set", "a", "in-flight")) }()
-	<-h.held
 	const callers = 64
 	early := make(chan error, callers)
 	for range callers {
@@ -122,5 +106,33 @@ func TestCoalescerWatchReturnsAfterTheContextEnds(t *testing.T) {
 		if err := <-early; err != nil {
 			t.Fatalf("Process returned %v before its context ended", err)
 		}
+	}
+}
+
+// holdOneInFlight returns a coalescer whose sends are held, with one
+// command in flight under a context of an hour (cancel ends it; its
+// Process's error comes on the channel).
+func holdOneInFlight(t *testing.T) (*coalescer, *holdHook, context.CancelFunc, chan error) {
+	t.Helper()
+	co, h := newHeldCoalescer(t)
+	h.hold.Store(true)
+	bg := context.Background()
+	ctx, cancel := context.WithTimeout(bg, time.Hour)
+	t.Cleanup(cancel)
+	inFlight := make(chan error, 1)
+	go func() { inFlight <- co.Process(ctx, redis.NewStatusCmd(bg, "set", "a", "in-flight")) }()
+	<-h.held
+	return co, h, cancel, inFlight
+}
+
+// awaitQueued waits until n commands wait in co's queues. Nothing signals
+// "queued": it polls, bounded.
+func awaitQueued(t *testing.T, co *coalescer, n int) {
+	t.Helper()
+	for i := 0; co.queuedLen() < n; i++ {
+		if i == 5000 {
+			t.Fatalf("%d of %d commands queued after 5 s", co.queuedLen(), n)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
