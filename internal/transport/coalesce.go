@@ -53,9 +53,8 @@ type coalescer struct {
 	flushers    *atomic.Int32 // running, over every coalescer that shares its FlusherBound
 	maxFlushers int32
 	closed      bool
-	dl          deadlineWatch // the callers with a deadline (see Process)
 
-	run inflight // flushers, re-sends and the deadline watch's timer
+	run inflight // flushers and re-sends
 }
 
 // lane is one server's queue.
@@ -98,6 +97,45 @@ const (
 	resendPauseMax = 64 * time.Millisecond
 )
 
+// queued command states
+const (
+	queuedWaiting int32 = iota // in the queue
+	queuedSent                 // taken by a flusher
+	queuedDropped              // its caller left before it was sent
+	queuedLeft                 // its caller left after it was sent
+)
+
+type queued struct {
+	ctx   context.Context // the caller's: bounds a re-send
+	cmd   redis.Cmder
+	once  noRetry // cmd as sent: &once is a redis.Cmder without an allocation of its own
+	state atomic.Int32
+	done  chan struct{} // one value when the reply is in cmd (answer); buffered, so answering never blocks
+}
+
+// queuedPool keeps the queued commands whose callers have taken their
+// answer: a command's entry and its channel are made once and serve many
+// commands. An entry whose caller left before the answer is never put
+// back (the flusher may still hold it, and its answer may still come).
+var queuedPool = sync.Pool{New: func() any { return &queued{done: make(chan struct{}, 1)} }}
+
+func newQueued(ctx context.Context, cmd redis.Cmder) *queued {
+	q := queuedPool.Get().(*queued)
+	q.ctx, q.cmd, q.once = ctx, cmd, noRetry{cmd}
+	return q
+}
+
+// answer hands q's caller its reply, once.
+func (q *queued) answer() { q.done <- struct{}{} }
+
+// recycle puts q back in the pool once its caller has taken the answer:
+// nothing else refers to it then.
+func (q *queued) recycle() {
+	q.ctx, q.cmd, q.once = nil, nil, noRetry{}
+	q.state.Store(queuedWaiting)
+	queuedPool.Put(q)
+}
+
 // FlusherBound bounds the flushers running over the lanes of every
 // coalescer that shares it. The engine hands one bound to every manager of
 // a process: the bound comes from the process's CPUs, so several managers
@@ -117,7 +155,6 @@ func NewFlusherBound() *FlusherBound {
 func newCoalescer(c redis.UniversalClient, t *topology, b *FlusherBound) *coalescer {
 	co := &coalescer{lanes: map[*redis.Client]*lane{}, flushers: &b.running,
 		maxFlushers: b.max, own: honoursDeadlines(c), cc: t.cc, one: t.one}
-	co.dl.mu, co.dl.run = &co.mu, &co.run
 	co.scripter = scripter{c: c, process: co.Process}
 	return co
 }
@@ -128,10 +165,7 @@ func newCoalescer(c redis.UniversalClient, t *topology, b *FlusherBound) *coales
 // (then cmd belongs to the coalescer: do not read it). When nothing is in
 // flight to cmd's server, and ctx has a deadline the client bounds a
 // command by (ContextTimeoutEnabled) or ctx never ends, the caller sends
-// cmd itself: one goroutine hop less for a lone caller. A queued caller
-// whose ctx has a deadline stops waiting at that deadline, or within
-// cancelSweep of an earlier cancellation (see deadlineWatch); one whose
-// ctx has none, at ctx's end.
+// cmd itself: one goroutine hop less for a lone caller.
 func (co *coalescer) Process(ctx context.Context, cmd redis.Cmder) error {
 	if err := ctx.Err(); err != nil {
 		cmd.SetErr(err)
@@ -192,42 +226,21 @@ func (co *coalescer) Process(ctx context.Context, cmd redis.Cmder) error {
 		co.flushers.Add(1)
 		co.run.goFn(func() { co.flusher(l) })
 	}
-	deadline, watched := ctx.Deadline()
-	if watched {
-		co.dl.watchLocked(q, ctx, deadline)
-	}
 	co.mu.Unlock()
-	if watched {
-		<-q.done // the reply, or the deadline watch's word
-		st := q.state()
-		if st == queuedSent {
-			q.recycle()
-			return cmd.Err()
-		}
-		// ctx has ended, or its deadline has passed and its own timer
-		// is about to end it: the caller sees ctx.Err() set, as after a
-		// select on ctx.Done().
-		<-ctx.Done()
-		if st == queuedDropped {
-			cmd.SetErr(ctx.Err()) // never sent: the flusher skips it
-			return ctx.Err()
-		}
-		return &abandonedError{cause: ctx.Err()} // the entry is never recycled
-	}
 	select {
 	case <-q.done:
 		q.recycle()
 		return cmd.Err()
 	case <-ctx.Done():
 	}
-	if q.move(queuedWaiting, queuedDropped) {
+	if q.state.CompareAndSwap(queuedWaiting, queuedDropped) {
 		cmd.SetErr(ctx.Err()) // never sent: the flusher skips it
 		return ctx.Err()
 	}
 	// A flusher has taken it (queuedSent, which only its caller changes
 	// after that): its answer may still come, to nobody. The entry is
 	// never recycled.
-	q.move(queuedSent, queuedLeft)
+	q.state.Store(queuedLeft)
 	return &abandonedError{cause: ctx.Err()}
 }
 
@@ -314,7 +327,7 @@ func (co *coalescer) flusher(l *lane) {
 		n := min(len(l.queue), coalesceBatch)
 		batch := make([]*queued, 0, n)
 		for _, q := range l.queue[:n] {
-			if q.move(queuedWaiting, queuedSent) {
+			if q.state.CompareAndSwap(queuedWaiting, queuedSent) {
 				batch = append(batch, q)
 			}
 		}
@@ -337,7 +350,7 @@ func (co *coalescer) flusher(l *lane) {
 // them was sent). co.mu must be held.
 func (co *coalescer) failQueueLocked(l *lane) {
 	for _, q := range l.queue {
-		if q.move(queuedWaiting, queuedSent) {
+		if q.state.CompareAndSwap(queuedWaiting, queuedSent) {
 			q.cmd.SetErr(redis.ErrClosed)
 			q.answer()
 		}
@@ -377,7 +390,7 @@ func (co *coalescer) sendBatch(node *redis.Client, batch []*queued) {
 // is ambiguous, though its caller settles it as if it were).
 func (co *coalescer) resend(q *queued) {
 	defer q.answer()
-	co.sendAgain(q.ctx, q.cmd, func() bool { return q.state() == queuedSent })
+	co.sendAgain(q.ctx, q.cmd, func() bool { return q.state.Load() == queuedSent })
 }
 
 // sendAgain sends cmd, whose last reply said it did not run, again until a
@@ -483,7 +496,6 @@ func needsReload(err error) bool {
 func (co *coalescer) close(ctx context.Context) int {
 	co.mu.Lock()
 	co.closed = true
-	co.dl.unwatchSettled()
 	co.mu.Unlock()
 	return co.run.wait(ctx)
 }
