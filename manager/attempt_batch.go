@@ -43,10 +43,11 @@ func (m *Manager) attemptBatch(ctx context.Context, b *batchInfo, token any, ac 
 	return status, fences, held, 0, err
 }
 
-// batchCtx is ctx for a batch's acquire command on n keys: on a cluster,
-// one whose TRYAGAIN (its slot migrating, the keys not all on the target)
-// comes back to the caller, who takes the batch key by key
-// (attemptBatchKeys), rather than being sent again until ctx ends. One
+// batchCtx is ctx for a batch's acquire command on n keys (MSETEX or the
+// script): on a cluster, one whose TRYAGAIN (its slot migrating, the keys
+// not all on the target) comes back to the caller, which takes another
+// way (after MSETEX the script; after the script the keys one by one,
+// attemptBatchKeys), rather than being sent again until ctx ends. One
 // server never answers TRYAGAIN: ctx as it is.
 func (m *Manager) batchCtx(ctx context.Context, n int) context.Context {
 	if n > 1 && m.tr.Cluster() != nil {
