@@ -573,9 +573,10 @@ func TestRealCommandsPerCall(t *testing.T) {
 	}
 	// While contended, Valkey 9 and Redis 8 join with RPUSHX (and, once
 	// per Manager and queueTTLSlack, extend the queue's expiry) and hand
-	// over with LPOP, SET ... IFEQ and SPUBLISH; the last release of a lock
-	// handed over finds the queue empty: the conditional delete and the
-	// "free" announcement. Redis 7 runs the scripts.
+	// over with hand_on.lua (LPOP, SET ... IFEQ and SPUBLISH); the last
+	// release of a lock handed over finds the queue empty: the script's
+	// LPOP, the conditional delete and the "free" announcement. Redis 7
+	// runs the scripts.
 	if !onConditional() {
 		if join["evalsha"] != 1 || steady["evalsha"] != 1 || last["evalsha"] != 1 {
 			t.Errorf("on Redis, %d, %d and %d scripts run by the join, the hand-over and the last release, want 1 each", join["evalsha"], steady["evalsha"], last["evalsha"])
@@ -587,8 +588,8 @@ func TestRealCommandsPerCall(t *testing.T) {
 		got, want map[string]int64
 	}{
 		{"join", join, map[string]int64{"rpushx": 1, "pexpireat": 1}},
-		{"hand-over", steady, map[string]int64{"lpop": 1, "set": 1, "spublish": 1}},
-		{"last release", last, map[string]int64{"lpop": 1, condDel(): 1, "spublish": 1}},
+		{"hand-over", steady, map[string]int64{"evalsha": 1, "lpop": 1, "set": 1, "spublish": 1}},
+		{"last release", last, map[string]int64{"evalsha": 1, "lpop": 1, condDel(): 1, "spublish": 1}},
 	} {
 		if !maps.Equal(c.got, c.want) {
 			t.Errorf("the %s sent %v, want %v", c.name, c.got, c.want)

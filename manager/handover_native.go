@@ -2,10 +2,6 @@ package manager
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -33,23 +29,25 @@ import (
 // does.
 //
 // A holder handed the lock from the queue (its key holds its token with
-// the queued mark) releases with LPOP, then SET of the popped waiter's
-// token (with the mark, on the claim lease) IFEQ its own, then SPUBLISH of
-// the hand-over on that waiter's channel: three commands in three round
-// trips, since the announcement must not go out before the key is the
-// waiter's. An empty queue makes it the conditional delete (DELIFEQ or
-// DELEX ... IFEQ, condDel) and the "free" announcement.
-// Entries past their deadline, by this process's clock, and junk are
-// dropped, as the script drops them; a fencing waiter's entry is pushed
-// back (pushBack) and the release goes by the script, which takes its
-// fence. Unlike the script, the native hand-over announces to the new
+// the queued mark) hands it on with hand_on.lua, in one round trip: LPOP,
+// SET of the popped waiter's token (with the mark, on the claim lease)
+// IFEQ its own, and SPUBLISH of the hand-over on that waiter's channel.
+// The announcement must not go out before the key is the waiter's, and
+// only a script sends it in the same step as the conditional SET: the
+// same three commands sent one by one take three round trips, and the
+// waiter's process is woken a round trip later. An empty queue makes it
+// the conditional delete (DELIFEQ or DELEX ... IFEQ, condDel) and the
+// "free" announcement. Entries past their deadline, by this process's
+// clock, and junk are dropped, as release.lua drops them; a fencing
+// waiter's entry is put back and the release goes by release.lua, which
+// takes its fence. Unlike release.lua, hand_on.lua announces to the new
 // holder's Manager only, not to the two waiters behind it: a waiter that
 // died while queued costs the next one its next re-check (fairRecheck and
 // the retry strategy) rather than one claim lease.
 //
 // Every reply that says the key is not as expected (it expired, was
-// force-released, holds another token) sends the call by the script,
-// which tells those apart; a popped entry is pushed back first.
+// force-released, holds another token) sends the call by release.lua,
+// which tells those apart; a popped entry is put back first.
 
 // queueTTLSlack is how far past a joining waiter's deadline the native
 // join sets the queue's expiry when it extends it: further joins of this
@@ -91,55 +89,24 @@ func (m *Manager) extendQueue(ctx context.Context, key, q string, deadline time.
 	}
 }
 
-// nativePops bounds the entries one native release pops, as the script's.
-const nativePops = 64
-
-// releaseQueuedNative releases l, a lock handed over from the queue, in
-// the conditional commands (see above). ok false: the release is to go by
-// the script (nothing was changed but, possibly, dead entries dropped).
+// releaseQueuedNative releases l, a lock handed over from the queue, by
+// hand_on.lua or, with nobody queued, the conditional delete (see above).
+// ok false: the release is to go by release.lua (nothing was changed but,
+// possibly, dead entries dropped).
 func (m *Manager) releaseQueuedNative(ctx context.Context, l *Lock) (code int64, ok bool, err error) {
-	q := sharding.QueueKey(l.key)
 	mine := l.token + sharding.QueuedMark
-	now := time.Now().UnixMilli()
-	for range nativePops {
-		pop := redis.NewStringCmd(ctx, "lpop", q)
-		err := m.tr.Process(ctx, m.cmd, pop)
-		if err == redis.Nil {
-			break
-		}
-		if err != nil {
-			if transport.IsReply(err) && !transport.IsTransient(err) {
-				return 0, false, nil
-			}
-			return 0, true, err
-		}
-		e := pop.Val()
-		tok, owner, ttl, fencing, deadline, valid := parseEntry(e)
-		if !valid || deadline < now {
-			continue // dropped, as the script drops it
-		}
-		if fencing {
-			m.pushBack(ctx, q, e)
+	r, err := scripts.HandOn.Run(ctx, m.cmd, []string{l.key}, mine, time.Now().UnixMilli(), scripts.ClaimLease.Milliseconds()).Int64()
+	switch {
+	case err != nil:
+		if transport.IsReply(err) && !transport.IsTransient(err) {
+			m.scriptAfter(err, &m.conditional)
 			return 0, false, nil
 		}
-		set := redis.NewStatusCmd(ctx, "set", l.key, tok+sharding.QueuedMark, "ifeq", mine,
-			"px", min(ttl, scripts.ClaimLease.Milliseconds()))
-		err = m.tr.Process(ctx, m.cmd, set)
-		if err == nil {
-			m.announceHandover(ctx, l.key, tok, owner)
-			return scripts.HandedOver, true, nil
-		}
-		if err == redis.Nil || transport.IsReply(err) && !transport.IsTransient(err) {
-			// Not written: the entry goes back, and the script tells
-			// what became of the key.
-			m.pushBack(ctx, q, e)
-			if err != redis.Nil {
-				m.scriptAfter(err, &m.conditional)
-			}
-			return 0, false, nil
-		}
-		// The SET may have run: its waiter finds its token on a re-check.
-		return 0, true, err
+		return 0, true, err // the SET may have run: its waiter finds its token on a re-check
+	case r == 1:
+		return scripts.HandedOver, true, nil
+	case r != 0:
+		return 0, false, nil
 	}
 	del := m.condDel(ctx, l.key, mine)
 	err = m.tr.Process(ctx, m.cmd, del)
@@ -151,40 +118,4 @@ func (m *Manager) releaseQueuedNative(ctx context.Context, l *Lock) (code int64,
 		return 0, true, err
 	}
 	return 0, false, nil
-}
-
-// pushBack puts entry e back at the head of queue q, where it was popped
-// from, if q still exists (LPUSHX: a queue that the pop emptied is gone,
-// and one made anew here would have no expiry). An entry that is not put
-// back, or fails to be, leaves its waiter to find the lock by its
-// re-checks, or by the "free" announcement of the script's release.
-func (m *Manager) pushBack(ctx context.Context, q, e string) {
-	_ = m.tr.Process(ctx, m.cmd, redis.NewIntCmd(ctx, "lpushx", q, e))
-}
-
-// announceHandover tells owner's Manager that token tok holds key (as
-// announce.lua does, with no fence): "<sha1 of tok> 0" on its hand-over
-// channel. A lost announcement is found by the waiter's re-check.
-func (m *Manager) announceHandover(ctx context.Context, key, tok, owner string) {
-	sum := sha1.Sum([]byte(tok))
-	_ = m.tr.Process(ctx, m.cmd, redis.NewIntCmd(ctx, "spublish", sharding.HandoverChannel(key, owner), hex.EncodeToString(sum[:])+" 0"))
-}
-
-// parseEntry reads a queue entry (cutEntry): valid false for junk, which
-// is dropped, as handover.lua's entry_parts has it.
-func parseEntry(e string) (tok, owner string, ttlMs int64, fencing bool, deadlineMs int64, valid bool) {
-	d, t, f, tok, ok := cutEntry(e)
-	if !ok || (f != "0" && f != "1") {
-		return "", "", 0, false, 0, false
-	}
-	deadlineMs, err1 := strconv.ParseInt(d, 10, 64)
-	ttlMs, err2 := strconv.ParseInt(t, 10, 64)
-	if err1 != nil || err2 != nil || ttlMs < 1 || ttlMs > 86400000 {
-		return "", "", 0, false, 0, false
-	}
-	owner, ok = tokenOwner(tok)
-	if !ok || strings.HasSuffix(tok, sharding.QueuedMark) {
-		return "", "", 0, false, 0, false
-	}
-	return tok, owner, ttlMs, f == "1", deadlineMs, true
 }

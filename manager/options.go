@@ -209,7 +209,7 @@ func WithCoalescing(on bool) Option { return optionFunc(func(c *config) { c.coal
 // WithConditionalCommands says whether the Manager releases and extends
 // unfenced locks with the server's conditional commands (DELIFEQ or DELEX
 // ... IFEQ, SET ... IFEQ), hands a contended one over in them (RPUSHX to join the queue;
-// LPOP, SET ... IFEQ and SPUBLISH to hand it on), and makes an unfenced
+// one script of LPOP, SET ... IFEQ and SPUBLISH to hand it on), and makes an unfenced
 // batch's first try with MSETEX ... NX PX, where every master runs them,
 // as the startup check finds (default on);
 // off, every call goes by the Lua scripts, as on servers without them.

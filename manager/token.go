@@ -117,28 +117,6 @@ func tokenMillis(tok string) (int64, bool) {
 	return n, err == nil
 }
 
-// tokenOwner returns the owner id of tok when tok has a token's shape as
-// the scripts check it (handover.lua's entry_parts and announce.lua's
-// owner_channel: "sl1.<digits>.<[A-Za-z0-9_-]+>.<owner>"), without
-// allocating: the native hand-over reads it from every entry it pops.
-func tokenOwner(tok string) (string, bool) {
-	rest, ok := strings.CutPrefix(tok, TokenVersion+".")
-	if !ok {
-		return "", false
-	}
-	ms, rest, ok := strings.Cut(rest, ".")
-	if !ok || ms == "" || strings.IndexFunc(ms, func(r rune) bool { return r < '0' || r > '9' }) >= 0 {
-		return "", false
-	}
-	random, owner, ok := strings.Cut(rest, ".")
-	if !ok || random == "" || owner == "" || strings.IndexFunc(random, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-')
-	}) >= 0 {
-		return "", false
-	}
-	return owner, true
-}
-
 // decimal reports whether s is a non-negative decimal number as
 // strconv.FormatInt writes it: digits only, no leading zero but for "0".
 func decimal(s string) bool {

@@ -92,20 +92,3 @@ func TestTokensDistinct(t *testing.T) {
 		seen[tok] = true
 	}
 }
-
-// tokenOwner reads what ParseToken reads of a token made by newToken, and
-// refuses what the scripts' pattern refuses.
-func TestTokenOwner(t *testing.T) {
-	tok := newToken("host.example:42", time.UnixMilli(1796000000123))
-	if owner, ok := tokenOwner(tok); !ok || owner != "host.example:42" {
-		t.Fatalf("tokenOwner(%q) = %q, %v", tok, owner, ok)
-	}
-	for _, s := range []string{"", "sl1", "sl1.", "sl2.1.abc.o", "sl1.x1.abc.o", "sl1..abc.o", "sl1.1..o", "sl1.1.a+c.o", "sl1.1.abc.", "sl1.1.abc"} {
-		if owner, ok := tokenOwner(s); ok {
-			t.Errorf("tokenOwner(%q) = %q, want refused", s, owner)
-		}
-	}
-	if n := testing.AllocsPerRun(100, func() { _, _ = tokenOwner(tok) }); n != 0 {
-		t.Errorf("tokenOwner allocates %v times", n)
-	}
-}

@@ -25,6 +25,8 @@ var (
 	takeFenceSrc string
 	//go:embed release.lua
 	releaseSrc string
+	//go:embed hand_on.lua
+	handOnSrc string
 	//go:embed acquire_queue.lua
 	acquireQueueSrc string
 	//go:embed extend.lua
@@ -64,6 +66,7 @@ var (
 	AcquireFenced = redis.NewScript(include(acquireFencedSrc))
 	TakeFence     = redis.NewScript(include(takeFenceSrc))
 	Release       = redis.NewScript(include(releaseSrc))
+	HandOn        = redis.NewScript(include(handOnSrc))
 	AcquireQueue  = redis.NewScript(include(acquireQueueSrc))
 	Extend        = redis.NewScript(include(extendSrc))
 	PTTL          = redis.NewScript(include(pttlSrc))
@@ -95,7 +98,7 @@ const FenceTTL = time.Hour
 
 // All lists every script, for preloading.
 func All() []*redis.Script {
-	return []*redis.Script{AcquireFenced, TakeFence, Release, AcquireQueue, Extend, PTTL, AcquireBatch, ReleaseBatch, ExtendBatch, PTTLBatch, Resume, ForceRelease,
+	return []*redis.Script{AcquireFenced, TakeFence, Release, HandOn, AcquireQueue, Extend, PTTL, AcquireBatch, ReleaseBatch, ExtendBatch, PTTLBatch, Resume, ForceRelease,
 		RWAcquire, RWRelease, RWExtend, RWPTTL, RWLeave}
 }
 
