@@ -11,10 +11,11 @@ import (
 	"github.com/shardlock/shardlock/sharding"
 )
 
-// The fair queue in the conditional commands of newer servers (Valkey 9):
-// the steps of a contended, unfenced exclusive lock without Lua, on the
-// queue that the scripts keep (queue.go, handover.lua), in the same
-// format, so that Managers on either path share one queue.
+// The fair queue in the conditional commands of newer servers (Valkey 9,
+// Redis 8.4): the steps of a contended, unfenced exclusive lock with the
+// conditional SET (the join without Lua, the hand-over in one small
+// script), on the queue that the scripts keep (queue.go, handover.lua), in
+// the same format, so that Managers on either path share one queue.
 //
 // A waiter at a key its process saw contended lately joins with RPUSHX: it
 // puts its entry on the queue if the queue exists, which it does while
