@@ -35,8 +35,9 @@ import (
 // IFEQ its own, and SPUBLISH of the hand-over on that waiter's channel.
 // The announcement must not go out before the key is the waiter's, and
 // only a script sends it in the same step as the conditional SET: the
-// same three commands sent one by one take three round trips, and the
-// waiter's process is woken a round trip later. An empty queue makes it
+// same three commands sent one by one, each after the previous one's
+// reply, take three round trips, and the waiter hears of its lock two
+// round trips later. An empty queue makes it
 // the conditional delete (DELIFEQ or DELEX ... IFEQ, condDel) and the
 // "free" announcement. Entries past their deadline, by this process's
 // clock, and junk are dropped, as release.lua drops them; a fencing
