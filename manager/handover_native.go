@@ -97,7 +97,7 @@ func (m *Manager) extendQueue(ctx context.Context, key, q string, deadline time.
 // possibly, dead entries dropped).
 func (m *Manager) releaseQueuedNative(ctx context.Context, l *Lock) (code int64, ok bool, err error) {
 	mine := l.token + sharding.QueuedMark
-	r, err := scripts.HandOn.Run(ctx, m.cmd, []string{l.key}, mine, time.Now().UnixMilli(), scripts.ClaimLease.Milliseconds()).Int64()
+	r, err := scripts.HandOn.Run(ctx, m.cmd, l.scriptKeys(), mine, time.Now().UnixMilli(), scripts.ClaimLease.Milliseconds()).Int64()
 	switch {
 	case err != nil:
 		if transport.IsReply(err) && !transport.IsTransient(err) {

@@ -19,24 +19,31 @@
 -- the first live entry asks for a fence, or the queue could not be read.
 -- An entry popped and not handed the key is put back where it was.
 -- #include announce.lua
+-- #include entry.lua
 local k, mine, now, lease = KEYS[1], ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local q = k .. QUEUE_SUFFIX
+-- put_back puts popped entry e, whose deadline is d, back at the head of
+-- the queue (with d's expiry if the pop had emptied it).
+local function put_back(e, d)
+  if redis.call('LPUSH', q, e) == 1 then redis.call('PEXPIREAT', q, d) end
+end
 for _ = 1, 64 do
   local e = redis.pcall('LPOP', q)
   if type(e) == 'table' then return -1 end
   if not e then return 0 end
-  local _, _, d, ttl, f, tok = string.find(e, '^(%d+):(%d+):([01]):(sl1%.%d+%.[%w_-]+%..+)$')
-  d, ttl = tonumber(d), tonumber(ttl)
-  if tok and ttl >= 1 and ttl <= 86400000 and d >= now and string.sub(tok, -1) ~= QUEUED_MARK then
-    local set = 'skip'
-    if f == '0' then
-      set = redis.pcall('SET', k, tok .. QUEUED_MARK, 'IFEQ', mine, 'PX', math.min(ttl, lease))
+  local ttl, f, tok = entry_parts(e)
+  local d = tonumber(string.match(e, '^(%d+):'))
+  if tok and d >= now and string.sub(tok, -1) ~= QUEUED_MARK then
+    if f == '1' then
+      put_back(e, d)
+      return -1
     end
+    local set = redis.pcall('SET', k, tok .. QUEUED_MARK, 'IFEQ', mine, 'PX', math.min(ttl, lease))
     if type(set) == 'table' and set.ok then
       announce(k, tok, 0, nil)
       return 1
     end
-    if redis.call('LPUSH', q, e) == 1 then redis.call('PEXPIREAT', q, d) end
+    put_back(e, d)
     if type(set) == 'table' and set.err then return set end
     return -1
   end

@@ -4,6 +4,7 @@
 -- #include prelude.lua
 -- #include fence.lua
 -- #include announce.lua
+-- #include entry.lua
 --
 -- A waiter's entry on "<key>:waiters" is
 -- "<deadline ms>:<ttl ms>:<1 to take a fence, else 0>:<token>". The queue
@@ -20,15 +21,6 @@
 -- free when they re-check). The queue is only written after an entry was
 -- popped from it here, so a migrating slot never gets a second copy of it.
 
--- entry_parts reads entry e: its TTL (ms) and fencing flag, and the token,
--- which must look like a shardlock token. It returns nothing for junk (a
--- tampered or truncated entry), which the hand-over then drops.
-local function entry_parts(e)
-  local _, _, ttl, f, tok = string.find(e, '^%d+:(%d+):([01]):(sl1%.%d+%.[%w_-]+%..+)$')
-  ttl = tonumber(ttl)
-  if not tok or not ttl or ttl < 1 or ttl > 86400000 then return nil end
-  return ttl, f, tok
-end
 
 -- claim_ms is the claim lease of a waiter handed the key from the queue
 -- (hand_over): the key lives that long (at most its TTL) until the new

@@ -21,6 +21,8 @@ var (
 	handoverSrc string
 	//go:embed fence.lua
 	fenceSrc string
+	//go:embed entry.lua
+	entrySrc string
 	//go:embed take_fence.lua
 	takeFenceSrc string
 	//go:embed release.lua
@@ -179,7 +181,7 @@ end
 `
 
 // pieces are the shared pieces, by name.
-var pieces = map[string]*string{"handover.lua": &handoverSrc, "fence.lua": &fenceSrc, "names.lua": &namesSrc, "prelude.lua": &preludeSrc, "rw.lua": &rwSrc, "announce.lua": &announceSrc}
+var pieces = map[string]*string{"handover.lua": &handoverSrc, "fence.lua": &fenceSrc, "names.lua": &namesSrc, "prelude.lua": &preludeSrc, "rw.lua": &rwSrc, "announce.lua": &announceSrc, "entry.lua": &entrySrc}
 
 // include puts each shared piece in place of the line of src that includes
 // it (the rest of that line is a comment), and the pieces it includes in
