@@ -1,6 +1,7 @@
 package manager_test
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -82,10 +83,12 @@ func handoffOptions(mode string, i int) []manager.Option {
 // 4 and 16 managers of this process (each with its own cluster client,
 // ContextTimeoutEnabled), and over 4 and 16 processes of one manager each
 // (processes=N: child processes of the benchmark, each with its own Go
-// runtime, as a fleet's instances are). Beside the
-// commands per acquisition it reports the CPU time per acquisition of the
-// clients and of the cluster's servers (masters and replicas, their idle
-// load included: benchkit.Measure), which say what the commands cost.
+// runtime, as a fleet's instances are). Beside the waits, it reports the
+// hand-over's own time (from a release call to the next hold's start:
+// handover-p50-ms, handover-p99-ms), the commands per acquisition and the
+// CPU time per acquisition of the clients and of the cluster's servers
+// (masters and replicas, their idle load included: benchkit.Measure),
+// which say what the commands cost.
 func BenchmarkContendedHandoff(b *testing.B) {
 	addrs := testenv.ClusterAddrs(b)
 	admin := testenv.Cluster(b)
@@ -102,10 +105,14 @@ func BenchmarkContendedHandoff(b *testing.B) {
 }
 
 // handoffTally is what the goroutines of a hand-over run measured: each
-// acquisition's wait, and how long the 1 ms holds lasted in all.
+// acquisition's wait, and how long the 1 ms holds lasted in all; and, by
+// the wall clock (one machine's, so comparable between its processes),
+// when each hold began and when its release was called.
 type handoffTally struct {
 	Waits []time.Duration
 	Holds time.Duration
+	Held  []int64 // Unix nanoseconds
+	Freed []int64 // Unix nanoseconds
 }
 
 // handoffLoop is one goroutine of a hand-over run: while more() grants
@@ -123,7 +130,9 @@ func handoffLoop(m *manager.Manager, res string, more func() bool, t *handoffTal
 		}
 		held := time.Now()
 		time.Sleep(time.Millisecond)
-		t.Holds += time.Since(held)
+		freed := time.Now()
+		t.Holds += freed.Sub(held)
+		t.Held, t.Freed = append(t.Held, held.UnixNano()), append(t.Freed, freed.UnixNano())
 		ctx, cancel = context.WithTimeout(context.Background(), time.Second)
 		_ = l.Release(ctx)
 		cancel()
@@ -199,6 +208,31 @@ func reportHandoff(b *testing.B, admin *redis.ClusterClient, before int64, talli
 	// same process interrupt ends late (the runtime waits at least a
 	// millisecond again for what is left of it).
 	b.ReportMetric(float64(holds.Microseconds())/1000/float64(len(waits)), "hold-mean-ms")
+	if gaps := handoverGaps(tallies); len(gaps) > 0 {
+		b.ReportMetric(gaps[len(gaps)/2], "handover-p50-ms")
+		b.ReportMetric(gaps[min(len(gaps)-1, len(gaps)*99/100)], "handover-p99-ms")
+	}
 	b.ReportMetric(0, "ns/op")
 	return len(waits)
+}
+
+// handoverGaps returns, sorted, how long the lock went from one holder to
+// the next in a hand-over run, in milliseconds: from each release call to
+// the start of the next hold, whichever goroutine or process took it (a
+// wait is about 15 of these plus 15 holds).
+func handoverGaps(tallies []handoffTally) []float64 {
+	type hold struct{ held, freed int64 }
+	var holds []hold
+	for _, t := range tallies {
+		for i := range t.Held {
+			holds = append(holds, hold{t.Held[i], t.Freed[i]})
+		}
+	}
+	slices.SortFunc(holds, func(a, b hold) int { return cmp.Compare(a.held, b.held) })
+	var gaps []float64
+	for i := 1; i < len(holds); i++ {
+		gaps = append(gaps, float64(holds[i].held-holds[i-1].freed)/1e6)
+	}
+	slices.Sort(gaps)
+	return gaps
 }
