@@ -240,9 +240,17 @@ func missedHandOver(t *testing.T, try, acquire acquireFunc) {
 			}
 		}
 	}
+	// The server counts the subscription before the notifier has read its
+	// confirmation: wait for both.
+	confirmed := func() bool {
+		m.notify.mu.Lock()
+		defer m.notify.mu.Unlock()
+		cw := m.notify.chans[ch]
+		return cw != nil && cw.node != nil
+	}
 	eventually("the waiter never queued", func() bool {
 		info, err := holder.Inspect(ctx, res)
-		return err == nil && info.Waiters == 1 && subscribers() == 1
+		return err == nil && info.Waiters == 1 && subscribers() == 1 && confirmed()
 	})
 	// The notifier believes the channel subscribed on the other master;
 	// its own master no longer has the subscription.
