@@ -102,14 +102,16 @@ var (
 )
 
 // scriptCmd runs a script command (EVAL, EVALSHA and their _RO forms; name
-// is one of the arg names above) through process. A caller that stopped
-// waiting after it was sent gets a command of its own with the error, as
-// the coalescer now owns the one it sent.
+// is one of the arg names above) through process. The command refers to
+// the strings of keys in place (keyArg): keys must not change after the
+// call (every caller's keys are a lock's, fixed when it is made). A caller
+// that stopped waiting after it was sent gets a command of its own with
+// the error, as the coalescer now owns the one it sent.
 func scriptCmd(ctx context.Context, process func(context.Context, redis.Cmder) error, name any, body string, keys []string, args []any) *redis.Cmd {
 	cmdArgs := make([]any, 0, 3+len(keys)+len(args))
 	cmdArgs = append(cmdArgs, name, body, len(keys))
-	for _, k := range keys {
-		cmdArgs = append(cmdArgs, k)
+	for i := range keys {
+		cmdArgs = append(cmdArgs, keyArg(&keys[i]))
 	}
 	cmdArgs = append(cmdArgs, args...)
 	cmd := redis.NewCmd(ctx, cmdArgs...)

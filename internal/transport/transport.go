@@ -309,7 +309,8 @@ func (t *Transport) Bounded(ctx context.Context, deadline time.Time, op func(con
 // RunScript runs s on c bounded by ctx (see exchange), with EVALSHA and
 // the EVAL fallback. Through the coalescer it runs on the caller's
 // goroutine under any ctx: the coalescer waits for a reply only until ctx
-// ends (see coalescer.Process).
+// ends (see coalescer.Process). keys must not change after the call (see
+// scriptCmd).
 func (t *Transport) RunScript(ctx context.Context, c redis.Scripter, s *redis.Script, keys []string, args ...any) *redis.Cmd {
 	bounds, waits := t.clientBounds, false
 	if c == redis.Scripter(t.cmd) {
