@@ -19,9 +19,9 @@ var stringType = func() unsafe.Pointer {
 // takes a command's arguments as []any, and converting a string to any
 // copies the string's header to a new heap object: one allocation per key,
 // ten per command for a batch of ten, on every acquire and release. Here
-// the interface points at the header the caller already keeps (the keys
-// of a lock, which live as long as it does and never change), so a key
-// costs nothing. To everything that reads the argument (go-redis's
+// the interface points at the header in the caller's keys slice (a lock's
+// keys, which never change, or a slice made for the call), so a key costs
+// nothing. To everything that reads the argument (go-redis's
 // writer and its cluster routing, hooks, errors, ==) it is the string *k.
 //
 // *k must not change while the command may be read: until the command's

@@ -104,7 +104,8 @@ var (
 // scriptCmd runs a script command (EVAL, EVALSHA and their _RO forms; name
 // is one of the arg names above) through process. The command refers to
 // the strings of keys in place (keyArg): keys must not change after the
-// call (every caller's keys are a lock's, fixed when it is made). A caller
+// call (callers pass a lock's keys, fixed when it is made, or a slice made
+// for the call). A caller
 // that stopped waiting after it was sent gets a command of its own with
 // the error, as the coalescer now owns the one it sent.
 func scriptCmd(ctx context.Context, process func(context.Context, redis.Cmder) error, name any, body string, keys []string, args []any) *redis.Cmd {
