@@ -55,6 +55,8 @@ type coalescer struct {
 	closed      bool
 
 	run inflight // flushers and re-sends
+
+	yield func() // how a flusher waits for callers: runtime.Gosched; a test's signal
 }
 
 // lane is one server's queue.
@@ -82,8 +84,10 @@ const (
 	flushersPerCPU = 2
 	// After a batch is answered, its callers are about to send their next
 	// commands: the flusher yields up to maxYields times while fewer than
-	// three quarters of the batch's size have queued again, so that the
-	// next batch carries them rather than the first one alone.
+	// three quarters of the callers it expects (the batch's and, for a
+	// lane's only flusher, those queued when it was answered) have
+	// queued, so that the next batch carries them all rather than the
+	// first ones alone (see waitsForCallers).
 	maxYields = 4
 	// keptLanes bounds the idle lanes kept for their servers' next
 	// commands (a cluster's masters; a server that left the cluster keeps
@@ -154,7 +158,7 @@ func NewFlusherBound() *FlusherBound {
 // newCoalescer returns a coalescer for client c of topology t, under bound b.
 func newCoalescer(c redis.UniversalClient, t *topology, b *FlusherBound) *coalescer {
 	co := &coalescer{lanes: map[*redis.Client]*lane{}, flushers: &b.running,
-		maxFlushers: b.max, own: honoursDeadlines(c), cc: t.cc, one: t.one}
+		maxFlushers: b.max, own: honoursDeadlines(c), cc: t.cc, one: t.one, yield: runtime.Gosched}
 	co.scripter = scripter{c: c, process: co.Process}
 	return co
 }
@@ -296,6 +300,7 @@ func cmdKey(cmd redis.Cmder) string {
 // ends, and the next command for its server starts a new one (see idle).
 func (co *coalescer) flusher(l *lane) {
 	last, yields := 0, 0 // the size of the batch this flusher sent last; yields since
+	expect := 0          // the callers expected in the queue after the last batch
 	inFlight := false    // counted in l.sending
 	for {
 		co.mu.Lock()
@@ -306,9 +311,15 @@ func (co *coalescer) flusher(l *lane) {
 		if last > 0 {
 			l.sent = last
 		}
-		if len(l.queue) < last*3/4 && yields < maxYields && !co.closed {
+		if yields == 0 { // the first look after a batch (or none)
+			expect = last
+			if last > 0 && l.flushers == 1 {
+				expect += len(l.queue)
+			}
+		}
+		if waitsForCallers(len(l.queue), expect, yields) && !co.closed {
 			co.mu.Unlock() // let the callers just answered queue again
-			runtime.Gosched()
+			co.yield()
 			yields++
 			continue
 		}
@@ -344,6 +355,21 @@ func (co *coalescer) flusher(l *lane) {
 		}
 		last = len(batch)
 	}
+}
+
+// waitsForCallers reports whether a flusher whose batch was just answered
+// yields once more before it sends the lane's queue: while fewer than three
+// quarters of the callers it expects have queued, yields times so far. It
+// expects the callers of the batch (a service's goroutines send their next
+// command soon after a reply) and, when it is the lane's only flusher,
+// those queued meanwhile. Counting only the batch's callers, a lone
+// flusher would send the queue as soon as it held as many: with a few
+// callers in a loop, the batches then alternate between two parts of them,
+// each a round trip of its own, which costs both sides more per command.
+// Beside other flushers, it does not wait for the queued: another flusher
+// coming back takes them, and waiting would only leave the server idle.
+func waitsForCallers(queued, expect, yields int) bool {
+	return 4*queued < 3*expect && yields < maxYields
 }
 
 // failQueueLocked fails l's queued commands with redis.ErrClosed (none of

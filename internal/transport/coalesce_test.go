@@ -480,3 +480,130 @@ func TestCmdKey(t *testing.T) {
 		}
 	}
 }
+
+// A flusher whose batch was just answered waits for the callers it expects
+// back: the batch's and those queued meanwhile, not only as many as the
+// batch held (a few callers in a loop would otherwise go out in two
+// alternating parts, a round trip each). It waits boundedly, and not at all
+// before its first batch.
+func TestFlusherWaitsForTheCallersItAnswered(t *testing.T) {
+	for _, c := range []struct {
+		name                   string
+		queued, expect, yields int
+		want                   bool
+	}{
+		{"two answered, two queued, none back yet", 2, 4, 0, true},
+		{"one of the two answered back", 3, 4, 1, false},
+		{"one of two answered back, three queued before", 3, 5, 0, true},
+		{"nobody back after the last yield", 2, 4, maxYields, false},
+		{"a flusher's first look", 5, 0, 0, false},
+		{"a large batch, its callers coming back", 150, 256, 2, true},
+		{"three quarters of a large batch back", 192, 256, 2, false},
+	} {
+		if got := waitsForCallers(c.queued, c.expect, c.yields); got != c.want {
+			t.Errorf("%s: waitsForCallers(%d, %d, %d) = %v, want %v", c.name, c.queued, c.expect, c.yields, got, c.want)
+		}
+	}
+}
+
+// gateHook reports each send of SETs (its command count) on arrived and
+// holds it until the test lets one send go (proceed) or all (free).
+type gateHook struct {
+	arrived chan int
+	proceed chan struct{}
+	free    chan struct{}
+}
+
+func (h *gateHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *gateHook) gate(cmds []redis.Cmder) {
+	if cmds[0].Name() != "set" {
+		return // the connection's handshake
+	}
+	select {
+	case h.arrived <- len(cmds):
+	case <-h.free:
+		return
+	}
+	select {
+	case <-h.proceed:
+	case <-h.free:
+	}
+}
+
+func (h *gateHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error { h.gate([]redis.Cmder{cmd}); return next(ctx, cmd) }
+}
+
+func (h *gateHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error { h.gate(cmds); return next(ctx, cmds) }
+}
+
+// Callers in a loop go out together: after a batch of two is answered, with
+// two other callers queued meanwhile, the lane's only flusher waits for the
+// two it answered to send their next commands and sends all four as one
+// pipeline, not the two queued alone and the two answered in a round trip
+// of their own.
+func TestFlusherSendsTheAnsweredCallersWithTheQueued(t *testing.T) {
+	mr := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	h := &gateHook{arrived: make(chan int), proceed: make(chan struct{}), free: make(chan struct{})}
+	c.AddHook(h)
+	co := testCoalescer(c)
+	co.maxFlushers = 1
+	t.Cleanup(func() { co.close(context.Background()) })
+	t.Cleanup(func() { close(h.free) }) // first: a failed test may have sends held
+	// waitQueued waits until n commands are queued (the queue has no
+	// signal: poll it, bounded), or until the test has seen the send it
+	// checks (done).
+	done := make(chan struct{})
+	waitQueued := func(n int) bool {
+		for range 5000 {
+			if co.queuedLen() >= n {
+				return true
+			}
+			select {
+			case <-done:
+				return false
+			case <-time.After(time.Millisecond):
+			}
+		}
+		return false
+	}
+	co.yield = func() { waitQueued(4) } // the answered callers come back during the wait
+	ctx := context.Background()
+	set := func(key string) {
+		if err := co.Process(ctx, redis.NewStatusCmd(ctx, "set", key, "v")); err != nil {
+			t.Error(err)
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() { set("x") }) // alone, on its own goroutine
+	if n := <-h.arrived; n != 1 {
+		t.Fatalf("the first send holds %d commands, want 1", n)
+	}
+	for _, caller := range []string{"a", "b"} {
+		wg.Go(func() { set(caller + "1"); set(caller + "2") })
+	}
+	if !waitQueued(2) {
+		t.Fatal("a1 and b1 not queued after 5 s")
+	}
+	h.proceed <- struct{}{} // x is answered; a flusher sends a1 and b1
+	if n := <-h.arrived; n != 2 {
+		t.Fatalf("the second send holds %d commands, want 2 (a1, b1)", n)
+	}
+	for _, caller := range []string{"c", "d"} {
+		wg.Go(func() { set(caller + "1") })
+	}
+	if !waitQueued(2) {
+		t.Fatal("c1 and d1 not queued after 5 s")
+	}
+	h.proceed <- struct{}{} // a1 and b1 are answered; a and b send again
+	if n := <-h.arrived; n != 4 {
+		t.Fatalf("the third send holds %d commands, want 4 (c1, d1, a2, b2)", n)
+	}
+	close(done)
+	h.proceed <- struct{}{}
+	wg.Wait()
+}
