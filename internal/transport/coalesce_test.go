@@ -481,11 +481,10 @@ func TestCmdKey(t *testing.T) {
 	}
 }
 
-// A flusher whose batch was just answered waits for the callers it expects
-// back: the batch's and those queued meanwhile, not only as many as the
-// batch held (a few callers in a loop would otherwise go out in two
-// alternating parts, a round trip each). It waits boundedly, and not at all
-// before its first batch.
+// A flusher whose batch was just answered waits until three quarters of
+// the callers it expects back have queued (the flusher decides whom it
+// expects: a lane's only flusher counts the batch's and those queued
+// meanwhile). It waits boundedly, and not at all before its first batch.
 func TestFlusherWaitsForTheCallersItAnswered(t *testing.T) {
 	for _, c := range []struct {
 		name                   string
