@@ -78,7 +78,8 @@
 // Every call returns by its context's deadline, whatever the client's
 // options: the Manager's coalescer (on by default, see [WithCoalescing])
 // batches concurrent callers' commands per server and waits for each reply
-// only until its caller's context ends; with coalescing off a command runs
+// only until its caller's deadline, or at most 2 ms after its caller's
+// context is cancelled; with coalescing off a command runs
 // on the caller's goroutine where the client bounds it by the context
 // (ContextTimeoutEnabled), else on a goroutine of the Manager's. No command
 // is sent twice: go-redis's retries are off for shardlock's commands, and

@@ -28,6 +28,13 @@ var (
 // when its queue grows behind those in flight (see laneFlushers), and none
 // when it has nothing queued.
 //
+// A waiting caller blocks on its entry's channel alone, not on its
+// context's Done channel as well: a select on both, and the Done channel
+// that each call's fresh context makes for it, cost more client CPU than
+// the rest of the hand-off. The coalescer's watcher wakes the callers
+// whose contexts end instead (see watch): at their deadlines, and within
+// watchEvery of a cancellation.
+//
 // Every command goes out exactly once (see noRetry): go-redis's pipelines
 // re-send answered commands, so they never get the chance. A reply that
 // says a command did not run (MOVED, ASK, TRYAGAIN, CLUSTERDOWN, LOADING,
@@ -57,15 +64,25 @@ type coalescer struct {
 	run inflight // flushers and re-sends
 
 	yield func() // how a flusher waits for callers: runtime.Gosched; a test's signal
+
+	// The watcher (see watch): running while callers wait; when it looks
+	// next (a time no waiting caller's deadline is before); what wakes it
+	// early; and its goroutine, which close waits for.
+	watching bool
+	watchAt  time.Time
+	watchNow chan struct{}
+	watchRun inflight
+	resends  map[*queued]struct{} // commands being sent again, their callers waiting
 }
 
 // lane is one server's queue.
 type lane struct {
 	node     *redis.Client
 	queue    []*queued
-	flushers int // running
-	sending  int // flushers with a batch in flight
-	sent     int // the size of the batch sent last
+	flights  [][]*queued // the batches in flight, their callers waiting
+	flushers int         // running
+	sending  int         // flushers with a batch in flight
+	sent     int         // the size of the batch sent last
 }
 
 const (
@@ -99,14 +116,29 @@ const (
 	maxResends     = 64
 	resendPause    = time.Millisecond
 	resendPauseMax = 64 * time.Millisecond
+	// watchEvery bounds how long the watcher sleeps while callers wait:
+	// how late a caller whose context is cancelled before its deadline
+	// may learn it while its command waits for a flusher or a reply. (It
+	// wakes the callers whose deadlines pass at those deadlines.)
+	watchEvery = 2 * time.Millisecond
+	// watchStep is the watcher's shortest sleep: a context's own timer
+	// may end it a moment after its deadline.
+	watchStep = 50 * time.Microsecond
 )
 
 // queued command states
+//
+// A caller waits for one value on its entry's channel, sent by whoever
+// moves the entry out of queuedWaiting or queuedSent: a flusher that
+// answers it (queuedAnswered) or finds its context ended before sending
+// it (queuedDropped), or the watcher when its context ends (queuedDropped
+// before it was sent, queuedLeft after).
 const (
-	queuedWaiting int32 = iota // in the queue
-	queuedSent                 // taken by a flusher
-	queuedDropped              // its caller left before it was sent
-	queuedLeft                 // its caller left after it was sent
+	queuedWaiting  int32 = iota // in the queue
+	queuedSent                  // taken by a flusher
+	queuedDropped               // its caller left before it was sent
+	queuedLeft                  // its caller left after it was sent
+	queuedAnswered              // its reply is in its command
 )
 
 type queued struct {
@@ -114,7 +146,8 @@ type queued struct {
 	cmd   redis.Cmder
 	once  noRetry // cmd as sent: &once is a redis.Cmder without an allocation of its own
 	state atomic.Int32
-	done  chan struct{} // one value when the reply is in cmd (answer); buffered, so answering never blocks
+	again bool          // sent again after its batch: the flusher's
+	done  chan struct{} // one value when the caller's wait ends (see the states); buffered, so it never blocks
 }
 
 // queuedPool keeps the queued commands whose callers have taken their
@@ -129,8 +162,23 @@ func newQueued(ctx context.Context, cmd redis.Cmder) *queued {
 	return q
 }
 
-// answer hands q's caller its reply, once.
-func (q *queued) answer() { q.done <- struct{}{} }
+// answer hands q's caller its reply, unless the caller has left.
+func (q *queued) answer() {
+	if q.state.CompareAndSwap(queuedSent, queuedAnswered) {
+		q.done <- struct{}{}
+	}
+}
+
+// end ends the wait of q's caller, whose context has ended: before its
+// command was sent (queuedDropped: it never will be) or after
+// (queuedLeft). It reports false when the wait has ended already.
+func (q *queued) end() bool {
+	if q.state.CompareAndSwap(queuedWaiting, queuedDropped) || q.state.CompareAndSwap(queuedSent, queuedLeft) {
+		q.done <- struct{}{}
+		return true
+	}
+	return false
+}
 
 // recycle puts q back in the pool once its caller has taken the answer:
 // nothing else refers to it then.
@@ -158,12 +206,14 @@ func NewFlusherBound() *FlusherBound {
 // newCoalescer returns a coalescer for client c of topology t, under bound b.
 func newCoalescer(c redis.UniversalClient, t *topology, b *FlusherBound) *coalescer {
 	co := &coalescer{lanes: map[*redis.Client]*lane{}, flushers: &b.running,
-		maxFlushers: b.max, own: honoursDeadlines(c), cc: t.cc, one: t.one, yield: runtime.Gosched}
+		maxFlushers: b.max, own: honoursDeadlines(c), cc: t.cc, one: t.one, yield: runtime.Gosched,
+		watchNow: make(chan struct{}, 1)}
 	co.scripter = scripter{c: c, process: co.Process}
 	return co
 }
 
-// Process queues cmd and waits for its reply or ctx's end. It returns
+// Process queues cmd and waits for its reply or ctx's end (its deadline;
+// a cancellation within watchEvery). It returns
 // cmd's error; ctx's error when cmd was not sent (nothing about it is
 // ambiguous); an *abandonedError when cmd was sent but ctx ended first
 // (then cmd belongs to the coalescer: do not read it). When nothing is in
@@ -195,7 +245,8 @@ func (co *coalescer) Process(ctx context.Context, cmd redis.Cmder) error {
 		l = &lane{node: node}
 		co.lanes[node] = l
 	}
-	if _, bounded := ctx.Deadline(); (co.own && bounded || ctx.Done() == nil) && l.flushers == 0 {
+	deadline, bounded := ctx.Deadline()
+	if l.flushers == 0 && (co.own && bounded || ctx.Done() == nil) {
 		// Nothing in flight here: the caller sends its command itself,
 		// as the lane's flusher of one, and hands the commands queued
 		// meanwhile to a flusher of their own. A context that never
@@ -230,22 +281,115 @@ func (co *coalescer) Process(ctx context.Context, cmd redis.Cmder) error {
 		co.flushers.Add(1)
 		co.run.goFn(func() { co.flusher(l) })
 	}
+	co.watchLocked(deadline, bounded)
 	co.mu.Unlock()
-	select {
-	case <-q.done:
+	<-q.done
+	switch q.state.Load() {
+	case queuedAnswered:
 		q.recycle()
 		return cmd.Err()
-	case <-ctx.Done():
+	case queuedDropped:
+		// Never sent: the flusher skips it. It stays in the queue until
+		// a flusher passes it, so it is never recycled.
+		err := ctx.Err()
+		if err == nil { // the watcher only drops a caller whose context has ended
+			err = context.DeadlineExceeded
+		}
+		cmd.SetErr(err)
+		return err
 	}
-	if q.state.CompareAndSwap(queuedWaiting, queuedDropped) {
-		cmd.SetErr(ctx.Err()) // never sent: the flusher skips it
-		return ctx.Err()
-	}
-	// A flusher has taken it (queuedSent, which only its caller changes
-	// after that): its answer may still come, to nobody. The entry is
-	// never recycled.
-	q.state.Store(queuedLeft)
+	// Left after it was sent: its answer may still come, to nobody. The
+	// entry is never recycled.
 	return &abandonedError{cause: ctx.Err()}
+}
+
+// watchLocked makes sure the watcher looks at a caller queued with ctx's
+// deadline (bounded: ctx has one) by that deadline: it starts the watcher
+// or wakes it early. co.mu must be held.
+func (co *coalescer) watchLocked(deadline time.Time, bounded bool) {
+	switch {
+	case !co.watching:
+		co.watching = true
+		co.watchAt = time.Now().Add(watchEvery)
+		if bounded && deadline.Before(co.watchAt) {
+			co.watchAt = deadline
+		}
+		co.watchRun.goFn(co.watch)
+	case bounded && deadline.Before(co.watchAt):
+		co.watchAt = deadline
+		select {
+		case co.watchNow <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// watch ends the waits of the callers whose contexts end, while any
+// caller waits: it sleeps until the earliest deadline of those waiting,
+// or watchEvery at most (for cancellations), then wakes every caller whose
+// context has ended. It ends when no caller waits.
+func (co *coalescer) watch() {
+	co.mu.Lock()
+	t := time.NewTimer(time.Until(co.watchAt))
+	co.mu.Unlock()
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-co.watchNow:
+		}
+		co.mu.Lock()
+		now := time.Now()
+		next, waiting := co.endWaitsLocked()
+		if !waiting {
+			co.watching = false
+			co.mu.Unlock()
+			return
+		}
+		at := now.Add(watchEvery)
+		if !next.IsZero() && next.Before(at) {
+			at = next
+			if step := now.Add(watchStep); at.Before(step) {
+				at = step
+			}
+		}
+		co.watchAt = at
+		co.mu.Unlock()
+		t.Reset(at.Sub(now))
+	}
+}
+
+// endWaitsLocked ends the waits of the callers whose contexts have ended
+// (see queued.end), and returns the earliest deadline of the callers still
+// waiting (zero when none has one) and whether any does. co.mu must be
+// held.
+func (co *coalescer) endWaitsLocked() (next time.Time, waiting bool) {
+	look := func(q *queued) {
+		switch s := q.state.Load(); {
+		case s != queuedWaiting && s != queuedSent:
+			return
+		case q.ctx.Err() != nil && q.end():
+			return
+		}
+		waiting = true
+		if d, ok := q.ctx.Deadline(); ok && (next.IsZero() || d.Before(next)) {
+			next = d
+		}
+	}
+	for _, l := range co.lanes {
+		for _, q := range l.queue {
+			look(q)
+		}
+		for _, b := range l.flights {
+			for _, q := range b {
+				look(q)
+			}
+		}
+	}
+	for q := range co.resends {
+		look(q)
+	}
+	return next, waiting
 }
 
 // another reports whether lane l, with its queue as it is now, takes one
@@ -338,7 +482,9 @@ func (co *coalescer) flusher(l *lane) {
 		n := min(len(l.queue), coalesceBatch)
 		batch := make([]*queued, 0, n)
 		for _, q := range l.queue[:n] {
-			if q.state.CompareAndSwap(queuedWaiting, queuedSent) {
+			if q.ctx.Err() != nil {
+				q.end() // never sent
+			} else if q.state.CompareAndSwap(queuedWaiting, queuedSent) {
 				batch = append(batch, q)
 			}
 		}
@@ -348,10 +494,11 @@ func (co *coalescer) flusher(l *lane) {
 		if len(batch) > 0 {
 			l.sending++
 			inFlight = true
+			l.flights = append(l.flights, batch)
 		}
 		co.mu.Unlock()
 		if len(batch) > 0 {
-			co.sendBatch(l.node, batch)
+			co.sendBatch(l, batch)
 		}
 		last = len(batch)
 	}
@@ -384,10 +531,11 @@ func (co *coalescer) failQueueLocked(l *lane) {
 	l.queue = nil
 }
 
-// sendBatch sends batch to node as one pipeline (a lone command as itself) and
-// hands each caller its reply, or sends again the commands whose replies
-// say they did not run.
-func (co *coalescer) sendBatch(node *redis.Client, batch []*queued) {
+// sendBatch sends batch, one of l.flights, to l's server as one pipeline (a
+// lone command as itself) and hands each caller its reply, or sends again
+// the commands whose replies say they did not run.
+func (co *coalescer) sendBatch(l *lane, batch []*queued) {
+	node := l.node
 	bg := context.Background() // a batch is not any one caller's
 	if len(batch) == 1 {
 		_ = node.Process(bg, &batch[0].once)
@@ -402,8 +550,38 @@ func (co *coalescer) sendBatch(node *redis.Client, batch []*queued) {
 			}
 		}
 	}
+	// The batch leaves l.flights before its callers are answered: an
+	// answered caller's entry goes back to queuedPool, where the watcher
+	// must not find it.
+	resends := false
 	for _, q := range batch {
-		if co.sendsAgain(q.ctx, q.cmd.Err()) {
+		q.again = co.sendsAgain(q.ctx, q.cmd.Err())
+		resends = resends || q.again
+	}
+	co.mu.Lock()
+	for i, b := range l.flights {
+		if &b[0] == &batch[0] {
+			last := len(l.flights) - 1
+			l.flights[i] = l.flights[last]
+			l.flights[last] = nil
+			l.flights = l.flights[:last]
+			break
+		}
+	}
+	if resends {
+		if co.resends == nil {
+			co.resends = map[*queued]struct{}{}
+		}
+		for _, q := range batch {
+			if q.again {
+				co.resends[q] = struct{}{}
+			}
+		}
+	}
+	co.mu.Unlock()
+	for _, q := range batch {
+		if q.again {
+			q.again = false
 			co.run.goFn(func() { co.resend(q) })
 		} else {
 			q.answer()
@@ -415,8 +593,11 @@ func (co *coalescer) sendBatch(node *redis.Client, batch []*queued) {
 // until its caller leaves (the command then did not run: nothing about it
 // is ambiguous, though its caller settles it as if it were).
 func (co *coalescer) resend(q *queued) {
-	defer q.answer()
 	co.sendAgain(q.ctx, q.cmd, func() bool { return q.state.Load() == queuedSent })
+	co.mu.Lock()
+	delete(co.resends, q) // before the answer: see sendBatch
+	co.mu.Unlock()
+	q.answer()
 }
 
 // sendAgain sends cmd, whose last reply said it did not run, again until a
@@ -523,7 +704,15 @@ func (co *coalescer) close(ctx context.Context) int {
 	co.mu.Lock()
 	co.closed = true
 	co.mu.Unlock()
-	return co.run.wait(ctx)
+	n := co.run.wait(ctx)
+	// The watcher ends once no caller waits: at once when no flusher or
+	// re-send runs.
+	select {
+	case co.watchNow <- struct{}{}:
+	default:
+	}
+	co.watchRun.wait(ctx)
+	return n
 }
 
 // queuedLen returns how many commands wait in the lanes' queues.

@@ -606,3 +606,113 @@ func TestFlusherSendsTheAnsweredCallersWithTheQueued(t *testing.T) {
 	h.proceed <- struct{}{}
 	wg.Wait()
 }
+
+// doneCounter is a context that counts the calls of its Done method.
+type doneCounter struct {
+	context.Context
+	calls atomic.Int32
+}
+
+func (c *doneCounter) Done() <-chan struct{} {
+	c.calls.Add(1)
+	return c.Context.Done()
+}
+
+// A queued caller waits on its own entry alone: it never asks its context
+// for a Done channel (a select on it, and the channel a fresh context
+// makes when asked, cost more client CPU than the rest of the wait). The
+// watcher that would wake it at its deadline starts with the wait and
+// ends once no caller waits.
+func TestCoalescerWaitsWithoutTheContextsDoneChannel(t *testing.T) {
+	mr := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr(), ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	h := &holdHook{held: make(chan struct{}, 1), release: make(chan struct{})}
+	c.AddHook(h)
+	co := testCoalescer(c)
+	t.Cleanup(func() { co.close(context.Background()) })
+	t.Cleanup(h.unhold)
+	h.hold.Store(true)
+	bg := context.Background()
+	first := make(chan error, 1)
+	go func() { first <- co.Process(bg, redis.NewStatusCmd(bg, "set", "k0", "v")) }()
+	<-h.held // sent by its caller; the next one queues
+	tctx, cancel := context.WithTimeout(bg, 30*time.Second)
+	defer cancel()
+	ctx := &doneCounter{Context: tctx}
+	second := make(chan error, 1)
+	go func() { second <- co.Process(ctx, redis.NewStatusCmd(ctx, "set", "k1", "v")) }()
+	waitQueued(t, co.queuedLen, 1)
+	co.mu.Lock()
+	watching := co.watching
+	co.mu.Unlock()
+	if !watching {
+		t.Fatal("a caller waits and no watcher runs")
+	}
+	h.unhold()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+	if n := ctx.calls.Load(); n != 0 {
+		t.Fatalf("the queued caller asked its context for its Done channel %d times, want 0", n)
+	}
+	wctx, wcancel := context.WithTimeout(bg, 5*time.Second)
+	defer wcancel()
+	if n := co.watchRun.wait(wctx); n != 0 {
+		t.Fatal("the watcher still runs 5 s after the last caller was answered")
+	}
+	co.mu.Lock()
+	defer co.mu.Unlock()
+	if co.watching {
+		t.Fatal("the watcher has ended but is marked as running")
+	}
+}
+
+// A caller queued with a deadline before the watcher's next look wakes the
+// watcher, so that it looks by that deadline.
+func TestCoalescerWatcherLooksByTheEarliestDeadline(t *testing.T) {
+	co := &coalescer{watchNow: make(chan struct{}, 1), watching: true}
+	now := time.Now()
+	co.watchAt = now.Add(time.Hour)
+	co.watchLocked(now.Add(2*time.Hour), true)
+	co.watchLocked(time.Time{}, false)
+	if !co.watchAt.Equal(now.Add(time.Hour)) || len(co.watchNow) != 0 {
+		t.Fatalf("a later deadline or none moved the watcher's look to %v (woken: %d)", co.watchAt.Sub(now), len(co.watchNow))
+	}
+	co.watchLocked(now.Add(time.Minute), true)
+	if !co.watchAt.Equal(now.Add(time.Minute)) || len(co.watchNow) != 1 {
+		t.Fatalf("an earlier deadline: the watcher looks in %v (woken: %d), want in 1m0s and woken", co.watchAt.Sub(now), len(co.watchNow))
+	}
+}
+
+// A caller whose command is being sent again (its first reply said it did
+// not run) and whose context is cancelled stops waiting, though the
+// client does not bound the re-send by the context: the watcher wakes it.
+func TestCoalescerWakesACallerWhoseCommandIsSentAgain(t *testing.T) {
+	f := startFakeRESP(t)
+	co := fakeCoalescer(t, f, "standalone") // no ContextTimeoutEnabled
+	t.Cleanup(func() { co.close(context.Background()) })
+	t.Cleanup(func() {
+		select {
+		case <-f.release:
+		default:
+			close(f.release)
+		}
+	})
+	ctx, cancel := context.WithCancel(testCtx(t))
+	done := make(chan error, 1)
+	go func() { done <- co.Process(ctx, setNX(ctx, "tryhold", "a")) }()
+	<-f.held // refused with TRYAGAIN, then sent again and held
+	cancel()
+	select {
+	case err := <-done:
+		if !IsAbandoned(err) || !errors.Is(err, context.Canceled) {
+			t.Fatalf("the caller of a command sent again: %v, want an abandoned call", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the caller of a command sent again still waits 5 s after its context was cancelled")
+	}
+}

@@ -21,7 +21,9 @@ import (
 //   - a command on key "cut" closes its connection unanswered (the
 //     replies to the commands before it were written);
 //   - a command on key "hold" is answered only after release is closed;
-//     held is signalled when it is read.
+//     held is signalled when it is read;
+//   - a command on key "tryhold" is answered TRYAGAIN the first time and
+//     held as "hold" is the second time.
 //
 // SET k v [NX] and GET k do what Redis does; EVALSHA sha n k ... (its key
 // is k, for the traps and the log) is answered 1; HELLO is refused
@@ -155,7 +157,9 @@ func (f *fakeRESP) answer(args []string) (string, bool) {
 		return "-TRYAGAIN Multiple keys request during rehashing of slot\r\n", true
 	case key == "cut" && f.spring("cut"):
 		return "", false
-	case key == "hold" && f.spring("hold"):
+	case key == "tryhold" && f.spring("tryhold"):
+		return "-TRYAGAIN Multiple keys request during rehashing of slot\r\n", true
+	case (key == "hold" && f.spring("hold")) || (key == "tryhold" && f.spring("tryhold-again")):
 		f.held <- struct{}{}
 		<-f.release
 	}
