@@ -716,3 +716,105 @@ func TestCoalescerWakesACallerWhoseCommandIsSentAgain(t *testing.T) {
 		t.Fatal("the caller of a command sent again still waits 5 s after its context was cancelled")
 	}
 }
+
+// Many callers whose contexts end at random moments, by deadline or by
+// cancellation, while their commands are queued, in flight or answered:
+// each gets its own reply or its context's error, none waits past its
+// context's end by much, and a command whose caller got its context's
+// error (not an abandoned call) was never sent. The client does not bound
+// commands by their contexts, so every caller queues (none sends its own),
+// and the server is slow: one flusher, each of its round trips 3 ms, so
+// that callers leave while queued as well as in flight.
+func TestCoalescerCallersLeavingAtRandom(t *testing.T) {
+	mr := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	c.AddHook(slowHook(3 * time.Millisecond))
+	co := testCoalescer(c)
+	co.maxFlushers = 1
+	t.Cleanup(func() { co.close(context.Background()) })
+	const workers, calls = 32, 100
+	var wg sync.WaitGroup
+	var dropped sync.Map // keys of SETs whose callers got their context's error
+	for w := range workers {
+		wg.Go(func() {
+			for i := range calls {
+				id := fmt.Sprintf("w%d-%d", w, i)
+				var ctx context.Context
+				var cancel context.CancelFunc
+				switch i % 3 {
+				case 0: // a short deadline
+					ctx, cancel = context.WithTimeout(context.Background(), time.Duration(i%7)*100*time.Microsecond)
+				case 1: // cancelled, no deadline
+					ctx, cancel = context.WithCancel(context.Background())
+					if i%2 == 0 {
+						cancel()
+					} else {
+						time.AfterFunc(time.Duration(i%5)*100*time.Microsecond, cancel)
+					}
+				default: // a deadline it never meets
+					ctx, cancel = context.WithTimeout(context.Background(), 30*time.Second)
+				}
+				start := time.Now()
+				var err error
+				if i%2 == 0 {
+					cmd := redis.NewStringCmd(ctx, "echo", id)
+					if err = co.Process(ctx, cmd); err == nil && cmd.Val() != id {
+						t.Errorf("caller %s got the reply %q", id, cmd.Val())
+					}
+				} else {
+					cmd := redis.NewStatusCmd(ctx, "set", id, id)
+					err = co.Process(ctx, cmd)
+					if err != nil && !IsAbandoned(err) {
+						dropped.Store(id, true)
+					}
+				}
+				if err != nil && ctx.Err() == nil {
+					t.Errorf("caller %s: %v before its context ended", id, err)
+				}
+				if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("caller %s: %v, want its reply or its context's error", id, err)
+				}
+				if d := time.Since(start); d > 10*time.Second {
+					t.Errorf("caller %s returned after %v", id, d)
+				}
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	// What the flushers sent has been answered by now: wait for them.
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer wcancel()
+	if n := co.run.wait(wctx); n != 0 {
+		t.Fatalf("%d flushers still run", n)
+	}
+	n := 0
+	dropped.Range(func(k, _ any) bool {
+		n++
+		if mr.Exists(k.(string)) {
+			t.Errorf("the SET of %s was sent, though its caller was told it was not", k)
+		}
+		return true
+	})
+	t.Logf("%d SETs dropped before they were sent", n)
+}
+
+// slowHook makes each send of a client take d longer: a slow server.
+type slowHook time.Duration
+
+func (h slowHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h slowHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		time.Sleep(time.Duration(h))
+		return next(ctx, cmd)
+	}
+}
+
+func (h slowHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		time.Sleep(time.Duration(h))
+		return next(ctx, cmds)
+	}
+}
