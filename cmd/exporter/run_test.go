@@ -131,7 +131,10 @@ func TestClusterMode(t *testing.T) {
 	addrs := testenv.ClusterAddrs(t)
 	addr, stop := start(t, "-redis.addr", strings.Join(addrs, ","), "-lock.prefix", testenv.Unique("expcmd")+":")
 	defer stop()
-	body := waitFor(t, addr, "shardlock_scan_up 1", `shardlock_redis_connected_clients{master="127.0.0.1:`)
+	// The first scan and the first probe run at once, side by side: wait
+	// for both (a probe's results appear together, every master's).
+	body := waitFor(t, addr, "shardlock_scan_up 1", `shardlock_redis_connected_clients{master="127.0.0.1:`,
+		"shardlock_probe_success{master=")
 	if n := strings.Count(body, "shardlock_probe_success{master="); n != 3 {
 		t.Fatalf("%d probe series:\n%s", n, body)
 	}
