@@ -194,7 +194,8 @@ func WithReplicaAck(n int, timeout time.Duration, policy ReplicaPolicy) Option {
 // and TTL. On (the default, for every client kind) concurrent callers'
 // commands for one server (the standalone or Sentinel-managed server, or
 // each master of a cluster) go out together as one pipeline, and each
-// caller waits for its own reply until its context ends. Every command is
+// caller waits for its own reply until its context's deadline, or at most
+// 2 ms after its context is cancelled. Every command is
 // sent once: a reply that says it did not run (MOVED, ASK, TRYAGAIN,
 // CLUSTERDOWN, LOADING, MASTERDOWN, READONLY) sends it again alone, and
 // nothing that ran is ever sent twice. A command whose caller has gone
