@@ -247,42 +247,58 @@ func (co *coalescer) Process(ctx context.Context, cmd redis.Cmder) error {
 	}
 	deadline, bounded := ctx.Deadline()
 	if l.flushers == 0 && (co.own && bounded || ctx.Done() == nil) {
-		// Nothing in flight here: the caller sends its command itself,
-		// as the lane's flusher of one, and hands the commands queued
-		// meanwhile to a flusher of their own. A context that never
-		// ends (context.Background, say) needs no bound from the client:
-		// a flusher would wait for the reply as long.
-		l.flushers++
-		l.sending++
-		co.flushers.Add(1)
-		co.mu.Unlock()
-		err := co.sendOwn(ctx, node, cmd)
-		co.mu.Lock()
-		co.flushers.Add(-1)
-		l.sending--
-		l.flushers--
-		if co.closed {
-			co.failQueueLocked(l) // no flusher starts after close
-		}
-		if len(l.queue) > 0 {
-			l.flushers++
-			co.flushers.Add(1)
-			co.run.goFn(func() { co.flusher(l) })
-		} else if l.flushers == 0 {
-			co.idle(l)
-		}
-		co.mu.Unlock()
-		return err
+		// Nothing in flight here. A context that never ends
+		// (context.Background, say) needs no bound from the client: a
+		// flusher would wait for the reply as long.
+		return co.sendLoneLocked(ctx, l, cmd)
 	}
 	q := newQueued(ctx, cmd)
 	l.queue = append(l.queue, q)
 	if co.another(l) {
-		l.flushers++
-		co.flushers.Add(1)
-		co.run.goFn(func() { co.flusher(l) })
+		co.startFlusherLocked(l)
 	}
 	co.watchLocked(deadline, bounded)
 	co.mu.Unlock()
+	return q.wait(ctx)
+}
+
+// sendLoneLocked sends cmd on its caller's goroutine, as lane l's flusher
+// of one, and hands the commands queued meanwhile to a flusher of their
+// own. co.mu must be held; it is released.
+func (co *coalescer) sendLoneLocked(ctx context.Context, l *lane, cmd redis.Cmder) error {
+	l.flushers++
+	l.sending++
+	co.flushers.Add(1)
+	co.mu.Unlock()
+	err := co.sendOwn(ctx, l.node, cmd)
+	co.mu.Lock()
+	co.flushers.Add(-1)
+	l.sending--
+	l.flushers--
+	if co.closed {
+		co.failQueueLocked(l) // no flusher starts after close
+	}
+	if len(l.queue) > 0 {
+		co.startFlusherLocked(l)
+	} else if l.flushers == 0 {
+		co.idle(l)
+	}
+	co.mu.Unlock()
+	return err
+}
+
+// startFlusherLocked starts a flusher for lane l. co.mu must be held.
+func (co *coalescer) startFlusherLocked(l *lane) {
+	l.flushers++
+	co.flushers.Add(1)
+	co.run.goFn(func() { co.flusher(l) })
+}
+
+// wait waits for the end of q's wait (see the queued states) and returns
+// its command's error, ctx's error when the command was never sent, or an
+// *abandonedError when it was sent and ctx ended first.
+func (q *queued) wait(ctx context.Context) error {
+	cmd := q.cmd
 	<-q.done
 	switch q.state.Load() {
 	case queuedAnswered:
