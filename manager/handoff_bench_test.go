@@ -85,7 +85,8 @@ func handoffOptions(mode string, i int) []manager.Option {
 // (processes=N: child processes of the benchmark, each with its own Go
 // runtime, as a fleet's instances are). Beside the waits, it reports the
 // hand-over's own time (from a release call to the next hold's start:
-// handover-p50-ms, handover-p99-ms), the commands per acquisition and the
+// handover-p50-ms, handover-p99-ms) and the release call's part of it
+// (release-p50-ms, release-p99-ms), the commands per acquisition and the
 // CPU time per acquisition of the clients and of the cluster's servers
 // (masters and replicas, their idle load included: benchkit.Measure),
 // which say what the commands cost.
@@ -106,12 +107,13 @@ func BenchmarkContendedHandoff(b *testing.B) {
 
 // handoffTally is what the goroutines of a hand-over run measured: each
 // acquisition's wait and, by the wall clock (one machine's, so comparable
-// between its processes), when each 1 ms hold began and when its release
-// was called.
+// between its processes), when each 1 ms hold began, when its release was
+// called and when that call returned.
 type handoffTally struct {
-	Waits []time.Duration
-	Held  []int64 // Unix nanoseconds
-	Freed []int64 // Unix nanoseconds
+	Waits    []time.Duration
+	Held     []int64 // Unix nanoseconds
+	Freed    []int64 // Unix nanoseconds
+	Released []int64 // Unix nanoseconds
 }
 
 // handoffLoop is one goroutine of a hand-over run: while more() grants
@@ -132,6 +134,7 @@ func handoffLoop(m *manager.Manager, res string, more func() bool, t *handoffTal
 		t.Held, t.Freed = append(t.Held, held.UnixNano()), append(t.Freed, time.Now().UnixNano())
 		ctx, cancel = context.WithTimeout(context.Background(), time.Second)
 		_ = l.Release(ctx)
+		t.Released = append(t.Released, time.Now().UnixNano())
 		cancel()
 		t.Waits = append(t.Waits, w)
 	}
@@ -178,15 +181,17 @@ func benchHandoff(b *testing.B, addrs []string, admin *redis.ClusterClient, name
 func reportHandoff(b *testing.B, admin *redis.ClusterClient, before int64, tallies []handoffTally) int {
 	calls := commandCalls(b, admin) - before
 	var (
-		waits  []time.Duration
-		counts []int
-		held   int64 // ns, all holds
+		waits    []time.Duration
+		counts   []int
+		held     int64     // ns, all holds
+		releases []float64 // ms, each Release call
 	)
 	for _, t := range tallies {
 		waits = append(waits, t.Waits...)
 		counts = append(counts, len(t.Waits))
 		for i := range t.Held {
 			held += t.Freed[i] - t.Held[i]
+			releases = append(releases, float64(t.Released[i]-t.Freed[i])/1e6)
 		}
 	}
 	if len(waits) == 0 {
@@ -211,6 +216,12 @@ func reportHandoff(b *testing.B, admin *redis.ClusterClient, before int64, talli
 		b.ReportMetric(gaps[len(gaps)/2], "handover-p50-ms")
 		b.ReportMetric(gaps[min(len(gaps)-1, len(gaps)*99/100)], "handover-p99-ms")
 	}
+	// The hand-over's first part: the releaser's own call, one round trip
+	// (the script that hands the lock on and announces it); the rest is
+	// the announcement's way to the waiter and its wake-up.
+	slices.Sort(releases)
+	b.ReportMetric(releases[len(releases)/2], "release-p50-ms")
+	b.ReportMetric(releases[min(len(releases)-1, len(releases)*99/100)], "release-p99-ms")
 	b.ReportMetric(0, "ns/op")
 	return len(waits)
 }
