@@ -146,7 +146,6 @@ type queued struct {
 	cmd   redis.Cmder
 	once  noRetry // cmd as sent: &once is a redis.Cmder without an allocation of its own
 	state atomic.Int32
-	again bool          // sent again after its batch: the flusher's
 	done  chan struct{} // one value when the caller's wait ends (see the states); buffered, so it never blocks
 }
 
@@ -306,11 +305,9 @@ func (q *queued) wait(ctx context.Context) error {
 		return cmd.Err()
 	case queuedDropped:
 		// Never sent: the flusher skips it. It stays in the queue until
-		// a flusher passes it, so it is never recycled.
+		// a flusher passes it, so it is never recycled. (Only a caller
+		// whose context has ended is dropped.)
 		err := ctx.Err()
-		if err == nil { // the watcher only drops a caller whose context has ended
-			err = context.DeadlineExceeded
-		}
 		cmd.SetErr(err)
 		return err
 	}
@@ -569,10 +566,11 @@ func (co *coalescer) sendBatch(l *lane, batch []*queued) {
 	// The batch leaves l.flights before its callers are answered: an
 	// answered caller's entry goes back to queuedPool, where the watcher
 	// must not find it.
-	resends := false
+	var again []*queued // in batch order; rare: the commands whose replies say they did not run
 	for _, q := range batch {
-		q.again = co.sendsAgain(q.ctx, q.cmd.Err())
-		resends = resends || q.again
+		if co.sendsAgain(q.ctx, q.cmd.Err()) {
+			again = append(again, q)
+		}
 	}
 	co.mu.Lock()
 	for i, b := range l.flights {
@@ -584,20 +582,16 @@ func (co *coalescer) sendBatch(l *lane, batch []*queued) {
 			break
 		}
 	}
-	if resends {
-		if co.resends == nil {
-			co.resends = map[*queued]struct{}{}
-		}
-		for _, q := range batch {
-			if q.again {
-				co.resends[q] = struct{}{}
-			}
-		}
+	if len(again) > 0 && co.resends == nil {
+		co.resends = map[*queued]struct{}{}
+	}
+	for _, q := range again {
+		co.resends[q] = struct{}{}
 	}
 	co.mu.Unlock()
 	for _, q := range batch {
-		if q.again {
-			q.again = false
+		if len(again) > 0 && again[0] == q {
+			again = again[1:]
 			co.run.goFn(func() { co.resend(q) })
 		} else {
 			q.answer()
