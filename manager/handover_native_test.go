@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shardlock/shardlock/internal/scripts"
 	"github.com/shardlock/shardlock/internal/testenv"
 	"github.com/shardlock/shardlock/manager"
 	"github.com/shardlock/shardlock/sharding"
@@ -147,6 +148,13 @@ func TestRealNativeHandOverAnswersAsTheScript(t *testing.T) {
 						t.Fatal(err)
 					}
 					l := handOver(t, ctx, admin, hl, m, res).l
+					// The lock came on the claim lease: its watchdog
+					// confirms it (an EVALSHA) about 50 ms later. Let that
+					// happen first, so it never falls among the
+					// release's commands counted below.
+					eventually(t, 5*time.Second, "the claim lease confirmed", func() bool {
+						return admin.PTTL(ctx, l.Key()).Val() > scripts.ClaimLease
+					})
 					after := spoil(t, m, l)
 					if op == "release" {
 						h.reset()
