@@ -89,7 +89,9 @@ func handoffOptions(mode string, i int) []manager.Option {
 // (release-p50-ms, release-p99-ms), the commands per acquisition and the
 // CPU time per acquisition of the clients and of the cluster's servers
 // (masters and replicas, their idle load included: benchkit.Measure),
-// which say what the commands cost.
+// which say what the commands cost. At 16 processes it also runs the floor
+// of an announced hand-over between processes (processes=16/floor, see
+// handoffFloorMode): what this machine and server allow any design.
 func BenchmarkContendedHandoff(b *testing.B) {
 	addrs := testenv.ClusterAddrs(b)
 	admin := testenv.Cluster(b)
@@ -103,6 +105,7 @@ func BenchmarkContendedHandoff(b *testing.B) {
 			benchHandoffFleet(b, addrs, admin, fmt.Sprintf("processes=%d/%s", procs, mode.name), procs, 16/procs, mode.name)
 		}
 	}
+	benchHandoffFleet(b, addrs, admin, "processes=16/"+handoffFloorMode, 16, 1, handoffFloorMode)
 }
 
 // handoffTally is what the goroutines of a hand-over run measured: each

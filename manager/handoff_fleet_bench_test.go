@@ -26,13 +26,14 @@ import (
 const handoffChildEnv = "SHARDLOCK_HANDOFF_CHILD"
 
 // handoffChildConfig is what a fleet process is told: the cluster, the
-// mode, its manager's index (its owner id), its number of goroutines, the
-// resource, the shared counter's file and the run's number of
-// acquisitions.
+// mode, its manager's index (its owner id), the number of processes, its
+// number of goroutines, the resource, the shared counter's file and the
+// run's number of acquisitions.
 type handoffChildConfig struct {
 	Addrs      []string
 	Mode       string
 	Index      int
+	Procs      int
 	Goroutines int
 	Resource   string
 	Counter    string
@@ -66,7 +67,7 @@ func benchHandoffFleet(b *testing.B, addrs []string, admin *redis.ClusterClient,
 		}
 		children := make([]child, procs)
 		for i := range children {
-			cfg, err := json.Marshal(handoffChildConfig{Addrs: addrs, Mode: mode, Index: i, Goroutines: perProc, Resource: res, Counter: counter, N: int64(b.N)})
+			cfg, err := json.Marshal(handoffChildConfig{Addrs: addrs, Mode: mode, Index: i, Procs: procs, Goroutines: perProc, Resource: res, Counter: counter, N: int64(b.N)})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -173,17 +174,29 @@ func handoffChild(cfg string) int {
 	defer counter.Close()
 	client := redis.NewClusterClient(&redis.ClusterOptions{Addrs: c.Addrs, ContextTimeoutEnabled: true})
 	defer client.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	m, err := manager.New(ctx, client, handoffOptions(c.Mode, c.Index)...)
-	cancel()
-	if err != nil {
-		return fail(err)
+	more := func() bool { return counter.Add(1) <= c.N }
+	var loop func(t *handoffTally) error // one goroutine's
+	if c.Mode == handoffFloorMode {
+		f, err := newHandoffFloor(client, c)
+		if err != nil {
+			return fail(err)
+		}
+		defer f.close()
+		loop = f.loop
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		m, err := manager.New(ctx, client, handoffOptions(c.Mode, c.Index)...)
+		cancel()
+		if err != nil {
+			return fail(err)
+		}
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = m.Close(ctx)
+		}()
+		loop = func(t *handoffTally) error { return handoffLoop(m, c.Resource, more, t) }
 	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = m.Close(ctx)
-	}()
 	if _, err := os.Stdout.WriteString("ready\n"); err != nil {
 		return 1
 	}
@@ -191,12 +204,11 @@ func handoffChild(cfg string) int {
 		return 1 // the benchmark gave up
 	}
 	cpu0, ok := benchkit.SelfCPU()
-	more := func() bool { return counter.Add(1) <= c.N }
 	res.Tallies = make([]handoffTally, c.Goroutines)
 	errs := make([]error, c.Goroutines)
 	var wg sync.WaitGroup
 	for g := range res.Tallies {
-		wg.Go(func() { errs[g] = handoffLoop(m, c.Resource, more, &res.Tallies[g]) })
+		wg.Go(func() { errs[g] = loop(&res.Tallies[g]) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
