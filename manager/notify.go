@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -603,6 +604,12 @@ func (n *notifier) receive(ns *nodeSub) {
 		if err == nil {
 			failed = 0
 			n.deliver(ns, msg)
+			// A message most likely woke a waiter (its hand-over, a
+			// re-check, a free key). Yield before reading again: the
+			// waiter then runs on this P at once, instead of after the
+			// next read has found nothing and parked, or on another
+			// thread that must be woken first.
+			runtime.Gosched()
 			continue
 		}
 		if errors.Is(err, redis.ErrClosed) || n.ctx.Err() != nil {
