@@ -193,12 +193,15 @@ type scheduler struct {
 	orphans  []orphan
 	stopped  bool
 	taken    bool // Close has taken the orphans (see addOrphan)
-	// sleepUntil is when the loop will next wake by itself; an earlier due
-	// time must wake it (poke), a later one need not.
+	// sleepUntil is when the loop will next wake by itself, by timer: an
+	// earlier due time moves the timer (wakeByLocked), a later one need
+	// not. Zero while the loop is awake (it collects again before it
+	// sleeps).
 	sleepUntil mono
+	timer      *time.Timer   // the loop's, set to sleepUntil under mu
 	idle       time.Duration // how long the loop sleeps with nothing to do
 
-	wake   chan struct{}
+	wake   chan struct{}   // wakes the loop now (poke)
 	ctx    context.Context // cancelled by stop: ends the loop and any batch in flight
 	cancel context.CancelFunc
 	exited chan struct{}

@@ -76,9 +76,6 @@ func (m *Manager) orphanResult(o orphan, c transport.ScriptCall) {
 	}
 	m.sched.mu.Lock()
 	m.sched.orphans = append(m.sched.orphans, o) // after stop, Close releases what is left
-	wake := monoOf(o.next).Before(m.sched.sleepUntil)
+	m.sched.wakeByLocked(monoOf(o.next))
 	m.sched.mu.Unlock()
-	if wake {
-		m.sched.poke()
-	}
 }

@@ -14,7 +14,9 @@ import (
 // to start; interval is the default renew interval.
 func newScheduler(log *zap.Logger, interval time.Duration) *scheduler {
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &scheduler{log: log, wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel, exited: make(chan struct{})}
+	s := &scheduler{log: log, wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel, exited: make(chan struct{}),
+		timer: time.NewTimer(time.Hour)}
+	s.timer.Stop() // set by the loop's collect
 	// Idle, the loop wakes by itself every half default renew interval,
 	// so that a lock with the default options is due after sleepUntil
 	// and its acquire need not wake the loop: most locks are released
@@ -31,6 +33,21 @@ func (s *scheduler) poke() {
 	case s.wake <- struct{}{}:
 	default:
 	}
+}
+
+// wakeByLocked makes the loop, asleep until s.sleepUntil, wake by due
+// instead, if that is earlier: it moves the loop's timer rather than
+// waking the loop now, so a lock released before its first due time (a
+// hand-over's claim lease is confirmed after 50 ms; most locks are
+// released long before) costs the loop no run at all when another lock
+// had brought the timer that far forward, and one run at due otherwise,
+// not two. s.mu must be held.
+func (s *scheduler) wakeByLocked(due mono) {
+	if !due.Before(s.sleepUntil) {
+		return // awake (zero), or waking by due anyway
+	}
+	s.sleepUntil = due
+	s.timer.Reset(due.Sub(monoNow()))
 }
 
 // drainAt is how many new locks make the loop drain s.incoming early.
@@ -50,9 +67,10 @@ func (s *scheduler) add(l *Lock) bool {
 	}
 	l.w.wd.due, l.w.wd.slack, l.w.wd.idx = due, slack, idxIncoming
 	s.incoming = append(s.incoming, l)
-	wake := due.Before(s.sleepUntil) || len(s.incoming) >= drainAt
+	s.wakeByLocked(due)
+	drain := len(s.incoming) >= drainAt
 	s.mu.Unlock()
-	if wake {
+	if drain {
 		s.poke()
 	}
 	return true
@@ -74,9 +92,7 @@ func (s *scheduler) schedule(l *Lock, due mono, slack time.Duration) {
 	default:
 		return
 	}
-	if due.Before(s.sleepUntil) {
-		s.poke()
-	}
+	s.wakeByLocked(due)
 }
 
 // remove stops watching l. A lock still in s.incoming stays there until the
@@ -235,11 +251,13 @@ func (s *scheduler) collect(now time.Time) (due []*Lock, orphans []orphan, next 
 	switch {
 	case len(due) > 0 || len(orphans) > 0:
 		s.sleepUntil = 0 // awake: collect runs again before sleeping
+		return due, orphans, next
 	case next.IsZero():
 		s.sleepUntil = monoOf(now).Add(s.idle)
 	default:
 		s.sleepUntil = monoOf(next)
 	}
+	s.timer.Reset(s.sleepUntil.Sub(monoOf(now)))
 	return due, orphans, next
 }
 

@@ -25,25 +25,19 @@ func (l *Lock) renewDueLocked(now mono) bool {
 
 func (m *Manager) runWatchdog() {
 	defer close(m.sched.exited)
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+	defer m.sched.timer.Stop()
 	for {
 		now := time.Now()
-		due, orphans, next := m.sched.collect(now)
+		due, orphans, _ := m.sched.collect(now) // sets the timer when nothing is due
 		if len(due) > 0 || len(orphans) > 0 {
 			m.renewDue(now, due, orphans)
 			continue
 		}
-		wait := m.sched.idle
-		if !next.IsZero() {
-			wait = next.Sub(now)
-		}
-		timer.Reset(wait)
 		select {
 		case <-m.sched.ctx.Done():
 			return
 		case <-m.sched.wake:
-		case <-timer.C:
+		case <-m.sched.timer.C:
 		}
 	}
 }
