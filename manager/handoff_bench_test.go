@@ -89,9 +89,10 @@ func handoffOptions(mode string, i int) []manager.Option {
 // (release-p50-ms, release-p99-ms), the commands per acquisition and the
 // CPU time per acquisition of the clients and of the cluster's servers
 // (masters and replicas, their idle load included: benchkit.Measure),
-// which say what the commands cost. At 16 processes it also runs the floor
-// of an announced hand-over between processes (processes=16/floor, see
-// handoffFloorMode): what this machine and server allow any design.
+// which say what the commands cost. At 16 managers and at 16 processes it
+// also runs the floor of an announced hand-over (managers=16/floor,
+// processes=16/floor, see handoffFloorMode): what this machine and server
+// allow any design.
 func BenchmarkContendedHandoff(b *testing.B) {
 	addrs := testenv.ClusterAddrs(b)
 	admin := testenv.Cluster(b)
@@ -100,6 +101,7 @@ func BenchmarkContendedHandoff(b *testing.B) {
 			benchHandoff(b, addrs, admin, fmt.Sprintf("managers=%d/%s", managers, mode.name), managers, 16/managers, mode.name)
 		}
 	}
+	benchHandoffFloor(b, addrs, admin, "managers=16/"+handoffFloorMode)
 	for _, procs := range []int{4, 16} {
 		for _, mode := range handoffModes {
 			benchHandoffFleet(b, addrs, admin, fmt.Sprintf("processes=%d/%s", procs, mode.name), procs, 16/procs, mode.name)
