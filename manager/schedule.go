@@ -220,11 +220,13 @@ func (l *Lock) renewSlackLocked() time.Duration {
 
 // collect pops the locks due now (or within a quarter of their renew
 // interval, so renewals due close together share one pipeline) and the
-// orphans due now, and returns when the next one is due.
-func (s *scheduler) collect(now time.Time) (due []*Lock, orphans []orphan, next time.Time) {
+// orphans due now. With none, it sets the loop's timer to when the next
+// one is due (or to the end of the idle rest).
+func (s *scheduler) collect(now time.Time) (due []*Lock, orphans []orphan) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.drainLocked()
+	var next time.Time
 	for len(s.locks) > 0 {
 		l := s.locks[0]
 		if l.w.wd.due.After(monoOf(now).Add(l.w.wd.slack)) {
@@ -251,14 +253,14 @@ func (s *scheduler) collect(now time.Time) (due []*Lock, orphans []orphan, next 
 	switch {
 	case len(due) > 0 || len(orphans) > 0:
 		s.sleepUntil = 0 // awake: collect runs again before sleeping
-		return due, orphans, next
+		return due, orphans
 	case next.IsZero():
 		s.sleepUntil = monoOf(now).Add(s.idle)
 	default:
 		s.sleepUntil = monoOf(next)
 	}
 	s.timer.Reset(s.sleepUntil.Sub(monoOf(now)))
-	return due, orphans, next
+	return due, orphans
 }
 
 // rescheduleHeld moves l to its next due time, if it is still held.

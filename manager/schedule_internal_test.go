@@ -50,7 +50,7 @@ func TestSchedulerMovesItsTimerForAnEarlyLock(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatalf("the loop's timer did not fire by the early lock's due time (idle until %v from now)", idleUntil.Sub(monoNow()))
 	}
-	due2, _, _ := s.collect(time.Now())
+	due2, _ := s.collect(time.Now())
 	if len(due2) != 1 || due2[0] != early {
 		t.Fatalf("collect at the timer: %d locks due, want the early one", len(due2))
 	}

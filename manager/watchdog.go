@@ -28,7 +28,7 @@ func (m *Manager) runWatchdog() {
 	defer m.sched.timer.Stop()
 	for {
 		now := time.Now()
-		due, orphans, _ := m.sched.collect(now) // sets the timer when nothing is due
+		due, orphans := m.sched.collect(now) // sets the timer when nothing is due
 		if len(due) > 0 || len(orphans) > 0 {
 			m.renewDue(now, due, orphans)
 			continue
