@@ -46,6 +46,10 @@ var (
 // stopped waiting before it was sent is never sent; one already sent is
 // answered into the void (what it did is settled by the caller's reaper).
 //
+// A group (ProcessGroup: a transaction's MULTI, its commands and EXEC) is
+// one entry of its lane's queue: its commands go together and in order in
+// one pipeline, and none is sent again, whatever its reply.
+//
 // It replaces go-redis's AutoPipeline(), which re-sends answered commands
 // and waits for a batch however the caller's context ends.
 type coalescer struct {
@@ -144,7 +148,8 @@ const (
 type queued struct {
 	ctx   context.Context // the caller's: bounds a re-send
 	cmd   redis.Cmder
-	once  noRetry // cmd as sent: &once is a redis.Cmder without an allocation of its own
+	once  noRetry       // cmd as sent: &once is a redis.Cmder without an allocation of its own
+	group []redis.Cmder // a group's commands (see ProcessGroup), cmd the last; nil for one command
 	state atomic.Int32
 	done  chan struct{} // one value when the caller's wait ends (see the states); buffered, so it never blocks
 }
@@ -182,7 +187,7 @@ func (q *queued) end() bool {
 // recycle puts q back in the pool once its caller has taken the answer:
 // nothing else refers to it then.
 func (q *queued) recycle() {
-	q.ctx, q.cmd, q.once = nil, nil, noRetry{}
+	q.ctx, q.cmd, q.once, q.group = nil, nil, noRetry{}, nil
 	q.state.Store(queuedWaiting)
 	queuedPool.Put(q)
 }
@@ -220,13 +225,33 @@ func newCoalescer(c redis.UniversalClient, t *topology, b *FlusherBound) *coales
 // command by (ContextTimeoutEnabled) or ctx never ends, the caller sends
 // cmd itself: one goroutine hop less for a lone caller.
 func (co *coalescer) Process(ctx context.Context, cmd redis.Cmder) error {
+	return co.process(ctx, cmd, nil, cmdKey(cmd))
+}
+
+// ProcessGroup sends cmds as a group (see Commander) and returns the
+// first error among their replies, ctx's error when they were not sent,
+// or an *abandonedError when they were sent and ctx ended first (then
+// they belong to the coalescer: do not read them).
+func (co *coalescer) ProcessGroup(ctx context.Context, cmds ...redis.Cmder) error {
+	if len(cmds) == 0 {
+		return nil
+	}
+	if err := co.process(ctx, cmds[len(cmds)-1], cmds, groupKey(cmds)); IsAbandoned(err) {
+		return err
+	}
+	return groupErr(cmds)
+}
+
+// process is Process of cmd, or of group (whose last command is cmd), to
+// the master that serves key.
+func (co *coalescer) process(ctx context.Context, cmd redis.Cmder, group []redis.Cmder, key string) error {
 	if err := ctx.Err(); err != nil {
 		cmd.SetErr(err)
 		return err
 	}
 	node := co.one
 	if node == nil {
-		n, err := co.cc.MasterForKey(ctx, cmdKey(cmd))
+		n, err := co.cc.MasterForKey(ctx, key)
 		if err != nil {
 			cmd.SetErr(err)
 			return err
@@ -249,9 +274,10 @@ func (co *coalescer) Process(ctx context.Context, cmd redis.Cmder) error {
 		// Nothing in flight here. A context that never ends
 		// (context.Background, say) needs no bound from the client: a
 		// flusher would wait for the reply as long.
-		return co.sendLoneLocked(ctx, l, cmd)
+		return co.sendLoneLocked(ctx, l, cmd, group)
 	}
 	q := newQueued(ctx, cmd)
+	q.group = group
 	l.queue = append(l.queue, q)
 	if co.another(l) {
 		co.startFlusherLocked(l)
@@ -261,15 +287,21 @@ func (co *coalescer) Process(ctx context.Context, cmd redis.Cmder) error {
 	return q.wait(ctx)
 }
 
-// sendLoneLocked sends cmd on its caller's goroutine, as lane l's flusher
-// of one, and hands the commands queued meanwhile to a flusher of their
-// own. co.mu must be held; it is released.
-func (co *coalescer) sendLoneLocked(ctx context.Context, l *lane, cmd redis.Cmder) error {
+// sendLoneLocked sends cmd, or group (whose last command is cmd), on its
+// caller's goroutine, as lane l's flusher of one, and hands the commands
+// queued meanwhile to a flusher of their own. co.mu must be held; it is
+// released.
+func (co *coalescer) sendLoneLocked(ctx context.Context, l *lane, cmd redis.Cmder, group []redis.Cmder) error {
 	l.flushers++
 	l.sending++
 	co.flushers.Add(1)
 	co.mu.Unlock()
-	err := co.sendOwn(ctx, l.node, cmd)
+	var err error
+	if group != nil {
+		err = sendGroup(ctx, l.node, group)
+	} else {
+		err = co.sendOwn(ctx, l.node, cmd)
+	}
 	co.mu.Lock()
 	co.flushers.Add(-1)
 	l.sending--
@@ -430,29 +462,6 @@ func (co *coalescer) idle(l *lane) {
 	}
 }
 
-// cmdKey returns the first key of cmd, one of the lock calls' commands:
-// a script's first key, MSETEX's, or the key of a single-key command.
-func cmdKey(cmd redis.Cmder) string {
-	args := cmd.Args()
-	i := 1
-	switch cmd.Name() {
-	case "eval", "evalsha", "eval_ro", "evalsha_ro":
-		i = 3
-	case "msetex": // MSETEX numkeys key value ...
-		i = 2
-	}
-	if len(args) <= i {
-		return ""
-	}
-	switch k := args[i].(type) {
-	case string:
-		return k
-	case []byte:
-		return string(k)
-	}
-	return ""
-}
-
 // flusher sends l's queue, a batch at a time, until it is empty; then it
 // ends, and the next command for its server starts a new one (see idle).
 func (co *coalescer) flusher(l *lane) {
@@ -550,16 +559,25 @@ func (co *coalescer) failQueueLocked(l *lane) {
 func (co *coalescer) sendBatch(l *lane, batch []*queued) {
 	node := l.node
 	bg := context.Background() // a batch is not any one caller's
-	if len(batch) == 1 {
+	if len(batch) == 1 && batch[0].group == nil {
 		_ = node.Process(bg, &batch[0].once)
 	} else {
 		pipe := node.Pipeline()
 		for _, q := range batch {
-			_ = pipe.Process(bg, &q.once)
+			if q.group == nil {
+				_ = pipe.Process(bg, &q.once)
+				continue
+			}
+			for _, c := range q.group {
+				_ = pipe.Process(bg, noRetry{c})
+			}
 		}
 		if _, err := pipe.Exec(bg); err != nil && !IsReply(err) {
 			for _, q := range batch {
 				unstamp(q.cmd)
+				for _, c := range q.group {
+					unstamp(c)
+				}
 			}
 		}
 	}
@@ -568,7 +586,7 @@ func (co *coalescer) sendBatch(l *lane, batch []*queued) {
 	// must not find it.
 	var again []*queued // in batch order; rare: the commands whose replies say they did not run
 	for _, q := range batch {
-		if co.sendsAgain(q.ctx, q.cmd.Err()) {
+		if q.group == nil && co.sendsAgain(q.ctx, q.cmd.Err()) {
 			again = append(again, q)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -816,5 +817,120 @@ func (h slowHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proc
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		time.Sleep(time.Duration(h))
 		return next(ctx, cmds)
+	}
+}
+
+// A group's commands go out in order, with no other caller's command
+// between them, and once: a reply that says one of them did not run
+// (TRYAGAIN here) is its caller's to act on, never sent again, where a
+// command alone would be; after a lost connection go-redis sends nothing
+// again either. Both ways a group goes: on its caller's goroutine when
+// nothing is in flight, and in a flusher's pipeline among other callers'
+// commands.
+func TestCoalescerSendsAGroupWholeAndOnce(t *testing.T) {
+	f := startFakeRESP(t)
+	co := fakeCoalescer(t, f, "standalone") // no ContextTimeoutEnabled: a caller with a deadline queues
+	co.maxFlushers = 1                      // the queue waits for the one in flight
+	t.Cleanup(func() { co.close(context.Background()) })
+	t.Cleanup(func() {
+		select {
+		case <-f.release:
+		default:
+			close(f.release)
+		}
+	})
+	group := func(ctx context.Context, key string) []redis.Cmder {
+		return []redis.Cmder{redis.NewStatusCmd(ctx, "multi"), redis.NewStatusCmd(ctx, "set", key, "v"), redis.NewCmd(ctx, "exec")}
+	}
+
+	// Alone: a context without a deadline never ends, so its caller sends.
+	bg := context.Background()
+	if err := co.ProcessGroup(bg, group(bg, "tryagain-alone")...); !IsTryAgain(err) {
+		t.Fatalf("a group whose command was refused with TRYAGAIN: %v", err)
+	}
+	if n := f.count("set tryagain-alone v"); n != 1 {
+		t.Fatalf("the refused command of a group sent alone was sent %d times, want 1", n)
+	}
+	if err := co.ProcessGroup(bg, group(bg, "cut-alone")...); !IsAmbiguous(err) {
+		t.Fatalf("a group whose connection was cut: %v, want an ambiguous error", err)
+	}
+	if n := f.count("set cut-alone v"); n != 1 {
+		t.Fatalf("a group sent alone whose connection was cut was sent %d times, want once", n)
+	}
+
+	// A flusher's: a caller with a deadline queues (the client does not
+	// bound commands by it).
+	ctx := testCtx(t)
+	if err := co.ProcessGroup(ctx, group(ctx, "cut-queued")...); !IsAmbiguous(err) {
+		t.Fatalf("a queued group whose connection was cut: %v, want an ambiguous error", err)
+	}
+	if n := f.count("set cut-queued v"); n != 1 {
+		t.Fatalf("a queued group whose connection was cut was sent %d times, want once", n)
+	}
+
+	// Among others: one command is in flight, held by the server; the
+	// others and the group queue behind it and go in one pipeline.
+	held := make(chan error, 1)
+	go func() { held <- co.Process(ctx, redis.NewStatusCmd(ctx, "set", "hold", "v")) }()
+	<-f.held
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Go(func() {
+			if err := co.Process(ctx, redis.NewStatusCmd(ctx, "set", fmt.Sprintf("k%d", i), "v")); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	for i := 0; co.queuedLen() < 4; i++ {
+		if i == 5000 {
+			t.Fatal("4 callers not queued after 5 s")
+		}
+		time.Sleep(time.Millisecond) // the queue has no signal: poll it, bounded
+	}
+	g := group(ctx, "tryagain-queued")
+	grouped := make(chan error, 1)
+	go func() { grouped <- co.ProcessGroup(ctx, g...) }()
+	for i := range 4 {
+		wg.Go(func() {
+			for j := 0; co.queuedLen() < 5; j++ { // behind the group
+				if j == 5000 {
+					t.Error("the group not queued after 5 s")
+					return
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if err := co.Process(ctx, redis.NewStatusCmd(ctx, "set", fmt.Sprintf("k%d", 4+i), "v")); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	for i := 0; co.queuedLen() < 9; i++ {
+		if i == 5000 {
+			t.Fatal("9 callers not queued after 5 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(f.release)
+	wg.Wait()
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-grouped; !IsTryAgain(err) {
+		t.Fatalf("a queued group whose command was refused with TRYAGAIN: %v", err)
+	}
+	if n := f.count("set tryagain-queued v"); n != 1 {
+		t.Errorf("the refused command of a queued group was sent %d times, want 1", n)
+	}
+	f.mu.Lock()
+	log := slices.Clone(f.log)
+	f.mu.Unlock()
+	i := slices.Index(log, "set tryagain-queued v")
+	if i < 1 || i+1 >= len(log) || log[i-1] != "multi" || log[i+1] != "exec" {
+		t.Errorf("the group's commands did not go together: %q", log)
+	}
+	for k := range 8 {
+		if f.count(fmt.Sprintf("set k%d v", k)) != 1 {
+			t.Errorf("k%d sent %d times, want 1", k, f.count(fmt.Sprintf("set k%d v", k)))
+		}
 	}
 }

@@ -12,6 +12,12 @@ import (
 type Commander interface {
 	redis.Scripter
 	Process(ctx context.Context, cmd redis.Cmder) error
+	// ProcessGroup sends cmds to the master that serves the first key
+	// among them, in order, on one connection, with no other command
+	// between them (a MULTI ... EXEC transaction), each once: none is sent
+	// again or redirected, whatever its reply. It returns the first error
+	// among their replies.
+	ProcessGroup(ctx context.Context, cmds ...redis.Cmder) error
 }
 
 // noRetry wraps a command so that go-redis never sends it twice: neither
@@ -68,6 +74,22 @@ func newOnce(c redis.UniversalClient) *once {
 
 func (o *once) Process(ctx context.Context, cmd redis.Cmder) error { return o.process(ctx, cmd) }
 
+func (o *once) ProcessGroup(ctx context.Context, cmds ...redis.Cmder) error {
+	if len(cmds) == 0 {
+		return nil
+	}
+	node, ok := o.c.(*redis.Client)
+	if !ok {
+		n, err := o.c.(*redis.ClusterClient).MasterForKey(ctx, groupKey(cmds))
+		if err != nil {
+			cmds[len(cmds)-1].SetErr(err)
+			return err
+		}
+		node = n
+	}
+	return sendGroup(ctx, node, cmds)
+}
+
 // unstamp clears the connection error go-redis stamps on every command of
 // a pipeline that failed, from cmd if its reply was read before the
 // pipeline failed: a reply leaves a value behind. (A reply that leaves no
@@ -122,4 +144,64 @@ func scriptCmd(ctx context.Context, process func(context.Context, redis.Cmder) e
 		return own
 	}
 	return cmd
+}
+
+// cmdKey returns the first key of cmd, one of the lock calls' commands:
+// a script's first key, MSETEX's, or the key of a single-key command.
+func cmdKey(cmd redis.Cmder) string {
+	args := cmd.Args()
+	i := 1
+	switch cmd.Name() {
+	case "eval", "evalsha", "eval_ro", "evalsha_ro":
+		i = 3
+	case "msetex": // MSETEX numkeys key value ...
+		i = 2
+	}
+	if len(args) <= i {
+		return ""
+	}
+	switch k := args[i].(type) {
+	case string:
+		return k
+	case []byte:
+		return string(k)
+	}
+	return ""
+}
+
+// groupKey returns the first key of the commands of a group: where it goes.
+func groupKey(cmds []redis.Cmder) string {
+	for _, c := range cmds {
+		if k := cmdKey(c); k != "" {
+			return k
+		}
+	}
+	return ""
+}
+
+// groupErr returns the first error among the replies of cmds, in order.
+func groupErr(cmds []redis.Cmder) error {
+	for _, c := range cmds {
+		if err := c.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sendGroup sends cmds to node in order, in one pipeline, each once, bounded
+// by ctx's deadline (the client honours it), and returns the first error
+// among their replies. Nothing is sent again: a reply that says a command
+// did not run (a redirect, a "not now") is the caller's to act on.
+func sendGroup(ctx context.Context, node *redis.Client, cmds []redis.Cmder) error {
+	pipe := node.Pipeline()
+	for _, c := range cmds {
+		_ = pipe.Process(ctx, noRetry{c})
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !IsReply(err) {
+		for _, c := range cmds {
+			unstamp(c)
+		}
+	}
+	return groupErr(cmds)
 }

@@ -17,15 +17,18 @@ import (
 // fakeRESP is a tiny RESP2 server for tests that need replies no real
 // server gives on cue. It keeps string keys and logs every command it
 // reads, and it has traps, each sprung once:
-//   - a command on key "tryagain" is answered TRYAGAIN the first time;
-//   - a command on key "cut" closes its connection unanswered (the
+//   - a command on a key that starts with "tryagain" is answered
+//     TRYAGAIN the first time;
+//   - a command on a key that starts with "cut" closes its connection
+//     unanswered the first time (the
 //     replies to the commands before it were written);
 //   - a command on key "hold" is answered only after release is closed;
 //     held is signalled when it is read;
 //   - a command on key "tryhold" is answered TRYAGAIN the first time and
 //     held as "hold" is the second time.
 //
-// SET k v [NX] and GET k do what Redis does; EVALSHA sha n k ... (its key
+// SET k v [NX] and GET k do what Redis does; SET, GET, EVALSHA, MULTI and
+// EXEC are logged; EVALSHA sha n k ... (its key
 // is k, for the traps and the log) is answered 1; HELLO is refused
 // (go-redis then speaks RESP2); anything else is answered OK.
 type fakeRESP struct {
@@ -151,11 +154,15 @@ func (f *fakeRESP) answer(args []string) (string, bool) {
 		f.mu.Lock()
 		f.log = append(f.log, "evalsha "+key)
 		f.mu.Unlock()
+	case "MULTI", "EXEC":
+		f.mu.Lock()
+		f.log = append(f.log, strings.ToLower(name))
+		f.mu.Unlock()
 	}
 	switch {
-	case key == "tryagain" && f.spring("tryagain"):
+	case strings.HasPrefix(key, "tryagain") && f.spring(key):
 		return "-TRYAGAIN Multiple keys request during rehashing of slot\r\n", true
-	case key == "cut" && f.spring("cut"):
+	case strings.HasPrefix(key, "cut") && f.spring(key):
 		return "", false
 	case key == "tryhold" && f.spring("tryhold"):
 		return "-TRYAGAIN Multiple keys request during rehashing of slot\r\n", true

@@ -350,3 +350,17 @@ func (t *Transport) Process(ctx context.Context, c Commander, cmd redis.Cmder) e
 	}
 	return t.Bounded(ctx, time.Time{}, func(ctx context.Context) error { return c.Process(ctx, cmd) }, nil)
 }
+
+// ProcessGroup sends cmds through c as a group (see Commander), bounded by
+// ctx as Process bounds a command, and returns the first error among
+// their replies.
+func (t *Transport) ProcessGroup(ctx context.Context, c Commander, cmds ...redis.Cmder) error {
+	bounds, waits := t.clientBounds, false
+	if c == t.cmd {
+		bounds, waits = t.cmdBounds, t.co != nil
+	}
+	if ctx.Err() == nil && (waits || direct(ctx, time.Time{}, bounds)) {
+		return c.ProcessGroup(ctx, cmds...)
+	}
+	return t.Bounded(ctx, time.Time{}, func(ctx context.Context) error { return c.ProcessGroup(ctx, cmds...) }, nil)
+}
