@@ -598,9 +598,9 @@ func TestRealCommandsPerCall(t *testing.T) {
 }
 
 // An unfenced batch's first try is MSETEX ... NX PX on a server that runs
-// it (Valkey 9.1, Redis 8.4; on a cluster only where the masters route it
-// by its keys' slot, Redis 8: see msetexRoutes): a free batch is taken in
-// that one command; a batch
+// it (Valkey 9.1, Redis 8.4; on a cluster whose masters do not route it by
+// its keys' slot, Valkey 9.1, in a transaction: see msetexInTx): a free
+// batch is taken in that one command; a batch
 // with a key held by another token, with the queued mark, or of another
 // type answers what the script answers (the same error, the same held
 // resources) and takes nothing.
@@ -679,13 +679,19 @@ func TestRealMsetexBatchAnswersAsTheScript(t *testing.T) {
 				if got != want {
 					t.Errorf("%s: MSETEX answered %+v, the script %+v", c.name, got, want)
 				}
-				msetex, evalsha := h.count("msetex"), h.count("evalsha")
+				msetex, evalsha, exec := h.count("msetex"), h.count("evalsha"), h.count("exec")
+				uses := onConditional()
 				// A Valkey 9.1 cluster node runs MSETEX whichever node
-				// serves its keys: the batch does not send it there.
-				uses := onConditional() && (tg.Name != "cluster" || os.Getenv("SHARDLOCK_SERVER") == "redis8")
+				// serves its keys: the batch sends it there in a
+				// transaction whose EXISTS the node routes.
+				tx := uses && tg.Name == "cluster" && os.Getenv("SHARDLOCK_SERVER") != "redis8"
 				switch {
 				case !uses && msetex != 0:
-					t.Errorf("%s: %d MSETEX sent (Redis 7 has none; a Valkey cluster does not route it)", c.name, msetex)
+					t.Errorf("%s: %d MSETEX sent (Redis 7 has none)", c.name, msetex)
+				case tx && (exec != 1 || h.count("multi") != 1 || h.count("exists") != 1):
+					t.Errorf("%s: %d MULTI, %d EXISTS, %d EXEC, want one transaction", c.name, h.count("multi"), h.count("exists"), exec)
+				case !tx && exec != 0:
+					t.Errorf("%s: %d EXEC sent, want MSETEX alone", c.name, exec)
 				case uses && msetex != 1:
 					t.Errorf("%s: %d MSETEX, want 1 (the first try)", c.name, msetex)
 				case uses && c.name == "free" && evalsha != 1:

@@ -26,20 +26,27 @@ func (m *Manager) setServerCmds(s serverCmds) {
 	allowed := m.cfg.conditional == nil || *m.cfg.conditional
 	m.delex.Store(!s.delifeq)
 	m.conditional.Store(allowed && s.conditional())
+	m.msetexTx.Store(s.msetexTx)
 	m.msetex.Store(allowed && s.msetex)
 }
 
 // masterCmds is serverCommands of master c, where on a cluster MSETEX
-// counts only if c routes it by its keys' slot (msetexRoutes).
+// goes in a transaction unless c routes it by its keys' slot
+// (msetexRoutes).
 func (m *Manager) masterCmds(ctx context.Context, c *redis.Client) (serverCmds, error) {
 	s, err := serverCommands(ctx, c)
 	if err != nil || !s.msetex {
 		return s, err
 	}
 	if cc := m.tr.Cluster(); cc != nil {
-		s.msetex, err = msetexRoutes(ctx, cc, c, m.cfg.prefix)
+		routes, err := msetexRoutes(ctx, cc, c, m.cfg.prefix)
+		if err != nil {
+			s.msetex = false
+		}
+		s.msetexTx = s.msetex && !routes
+		return s, err
 	}
-	return s, err
+	return s, nil
 }
 
 // scriptAfter reports whether a native command's error is one the script

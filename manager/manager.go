@@ -39,8 +39,10 @@ type Manager struct {
 	conditional atomic.Bool
 	delex       atomic.Bool
 	// msetex: every master runs MSETEX with NX and PX, and
-	// WithConditionalCommands is not off (see kindBatchNative).
+	// WithConditionalCommands is not off (see kindBatchNative); msetexTx:
+	// it goes in a transaction (serverCmds).
 	msetex     atomic.Bool
+	msetexTx   atomic.Bool
 	found      serverCmds    // what New found every master runs
 	closing    chan struct{} // closed by Close: wakes the waiters
 	closeOnce  sync.Once

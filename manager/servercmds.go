@@ -19,7 +19,11 @@ type serverCmds struct {
 	setIfeq bool // SET ... IFEQ (Valkey 8.1, Redis 8.4)
 	delifeq bool // DELIFEQ (Valkey 9.0)
 	delex   bool // DELEX ... IFEQ (Redis 8.4, Valkey 9.2)
-	msetex  bool // MSETEX with NX and PX (Valkey 9.1, Redis 8.4); on a cluster, routed by its keys' slot (msetexRoutes)
+	msetex  bool // MSETEX with NX and PX (Valkey 9.1, Redis 8.4)
+	// msetexTx: a cluster master runs MSETEX whatever node serves its
+	// keys (msetexRoutes), so the batch sends it inside a transaction
+	// that a command of the same keys routes (kindBatchNative).
+	msetexTx bool
 }
 
 // allServerCmds is every command, what and starts from.
@@ -32,8 +36,9 @@ func (s serverCmds) conditional() bool { return s.setIfeq && (s.delifeq || s.del
 
 // and is what two sets of masters both run.
 func (s serverCmds) and(o serverCmds) serverCmds {
+	msetex := s.msetex && o.msetex
 	return serverCmds{setIfeq: s.setIfeq && o.setIfeq, delifeq: s.delifeq && o.delifeq,
-		delex: s.delex && o.delex, msetex: s.msetex && o.msetex}
+		delex: s.delex && o.delex, msetex: msetex, msetexTx: msetex && (s.msetexTx || o.msetexTx)}
 }
 
 // serverCommands reports which of the commands the server c talks to runs,

@@ -54,14 +54,14 @@ func TestRealServerCommandsFound(t *testing.T) {
 	}
 }
 
-// On a cluster MSETEX counts only where every master answers it with a
+// On a cluster MSETEX goes alone only where every master answers it with a
 // redirect for a key of a slot another master serves, as it answers every
-// other command: what a master does with such a key, tried with a test key
-// that expires at once, decides (a Redis 8 node answers MOVED; a Valkey
-// 9.1.2 node runs it). msetexRoutes' probe tells the same without
-// writing, and the Manager's batch takes MSETEX on the cluster exactly
-// then.
-func TestRealMsetexOnAClusterOnlyWhereRouted(t *testing.T) {
+// other command; elsewhere it goes in a transaction. What a master does
+// with such a key, tried with a test key that expires at once, decides (a
+// Redis 8 node answers MOVED; a Valkey 9.1.2 node runs it). msetexRoutes'
+// probe tells the same without writing, and the Manager's batch sends
+// MSETEX alone on the cluster exactly then.
+func TestRealMsetexAloneOnAClusterOnlyWhereRouted(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cc := testenv.Cluster(t)
@@ -96,7 +96,10 @@ func TestRealMsetexOnAClusterOnlyWhereRouted(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = m.Close(context.Background()) }()
-	if m.msetex.Load() != routes {
-		t.Errorf("the Manager's batch takes MSETEX on the cluster: %v, want %v", m.msetex.Load(), routes)
+	if m.msetex.Load() != s.msetex {
+		t.Errorf("the Manager's batch takes MSETEX on the cluster: %v, want %v", m.msetex.Load(), s.msetex)
+	}
+	if want := s.msetex && !routes; m.msetexTx.Load() != want {
+		t.Errorf("the Manager's batch sends MSETEX in a transaction: %v, want %v", m.msetexTx.Load(), want)
 	}
 }

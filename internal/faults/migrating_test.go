@@ -830,3 +830,72 @@ func TestCallsThroughMigratingSlot(t *testing.T) {
 		}
 	}
 }
+
+// A batch whose client still sends its slot's commands to the master that
+// served the slot before it moved is taken on the slot's new master, and
+// leaves no key on the former one, on every server. The former master
+// refuses the first try: MSETEX alone where the masters route it (Redis
+// 8), and where they do not (a Valkey 9.1 node runs MSETEX of any slot), a
+// transaction whose EXISTS of the batch's keys the node routes; the
+// script elsewhere. The script then follows the redirect.
+func TestBatchOnAStaleSlotMap(t *testing.T) {
+	ctx, addrs, admin := migrationSetup(t)
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = c.Close() })
+	m, err := manager.New(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close(context.Background()) })
+	tag := testenv.Unique("stalebatch")
+	var res []string
+	for _, part := range []string{"a", "b", "c"} {
+		r, err := sharding.Group(tag, part)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res = append(res, r)
+	}
+	key, _ := sharding.LockKey(sharding.DefaultPrefix, res[0])
+	slot := sharding.Slot(key)
+	// The client learns where the slot is.
+	l, err := m.TryAcquireBatch(ctx, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	src, dst := migrationNodes(t, ctx, admin, slot)
+	// The slot, empty now, moves to dst behind the client's back.
+	if err := startMigration(ctx, src, dst, slot); err != nil {
+		t.Fatal(err)
+	}
+	if err := finishMigration(ctx, addrs, src, dst, slot); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := startMigration(ctx, dst, src, slot); err != nil {
+			t.Errorf("moving slot %d back: %v", slot, err)
+		} else if err := finishMigration(ctx, addrs, dst, src, slot); err != nil {
+			t.Errorf("moving slot %d back: %v", slot, err)
+		}
+	})
+	if n, err := c.MasterForKey(ctx, key); err != nil || n.Options().Addr != src.Options().Addr {
+		t.Fatalf("the client does not route the slot to its former master (%v): nothing to test", err)
+	}
+
+	l, err = m.TryAcquireBatch(ctx, res)
+	if err != nil {
+		t.Fatalf("the batch, its slot moved: %v", err)
+	}
+	if n := src.ClusterCountKeysInSlot(ctx, slot).Val(); n != 0 {
+		t.Errorf("the slot's former master holds %d keys of the slot", n)
+	}
+	if n := dst.ClusterCountKeysInSlot(ctx, slot).Val(); n != int64(len(res)) {
+		t.Errorf("the slot's master holds %d keys of the slot, want %d", n, len(res))
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
