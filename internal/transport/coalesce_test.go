@@ -696,13 +696,7 @@ func TestCoalescerWakesACallerWhoseCommandIsSentAgain(t *testing.T) {
 	f := startFakeRESP(t)
 	co := fakeCoalescer(t, f, "standalone") // no ContextTimeoutEnabled
 	t.Cleanup(func() { co.close(context.Background()) })
-	t.Cleanup(func() {
-		select {
-		case <-f.release:
-		default:
-			close(f.release)
-		}
-	})
+	t.Cleanup(f.releaseHeld)
 	ctx, cancel := context.WithCancel(testCtx(t))
 	done := make(chan error, 1)
 	go func() { done <- co.Process(ctx, setNX(ctx, "tryhold", "a")) }()
@@ -832,13 +826,7 @@ func TestCoalescerSendsAGroupWholeAndOnce(t *testing.T) {
 	co := fakeCoalescer(t, f, "standalone") // no ContextTimeoutEnabled: a caller with a deadline queues
 	co.maxFlushers = 1                      // the queue waits for the one in flight
 	t.Cleanup(func() { co.close(context.Background()) })
-	t.Cleanup(func() {
-		select {
-		case <-f.release:
-		default:
-			close(f.release)
-		}
-	})
+	t.Cleanup(f.releaseHeld)
 	group := func(ctx context.Context, key string) []redis.Cmder {
 		return []redis.Cmder{redis.NewStatusCmd(ctx, "multi"), redis.NewStatusCmd(ctx, "set", key, "v"), redis.NewCmd(ctx, "exec")}
 	}
@@ -910,7 +898,7 @@ func TestCoalescerSendsAGroupWholeAndOnce(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	close(f.release)
+	f.releaseHeld()
 	wg.Wait()
 	if err := <-held; err != nil {
 		t.Fatal(err)

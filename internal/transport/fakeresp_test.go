@@ -80,12 +80,18 @@ func (f *fakeRESP) close() {
 		_ = c.Close()
 	}
 	f.mu.Unlock()
+	f.releaseHeld()
+	f.wg.Wait()
+}
+
+// releaseHeld lets the held command be answered, and any later one at
+// once. The test's goroutine calls it, once or more.
+func (f *fakeRESP) releaseHeld() {
 	select {
 	case <-f.release:
 	default:
 		close(f.release)
 	}
-	f.wg.Wait()
 }
 
 // spring reports whether trap has not been sprung yet, and springs it.
