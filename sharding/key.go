@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unsafe"
 )
 
 // DefaultPrefix is the key prefix shardlock uses unless told otherwise.
@@ -101,7 +102,7 @@ func AppendLockKeys(dst []string, prefix string, resources []string) ([]string, 
 		return dst, err
 	}
 	var endsBuf [16]int
-	ends := endsBuf[:0] // where each key ends in the joined string
+	ends := endsBuf[:0] // where each key ends in the joined bytes
 	size := 0
 	for _, r := range resources {
 		wrap, err := wrapped(r)
@@ -114,22 +115,25 @@ func AppendLockKeys(dst []string, prefix string, resources []string) ([]string, 
 		}
 		ends = append(ends, size)
 	}
-	var sb strings.Builder
-	sb.Grow(size)
-	for i, r := range resources {
-		wrap := ends[i]-sb.Len() > len(prefix)+len(r) // the key's length says it
-		sb.WriteString(prefix)
-		if wrap {
-			sb.WriteByte('{')
-			sb.WriteString(r)
-			sb.WriteByte('}')
-		} else {
-			sb.WriteString(r)
-		}
-	}
-	all := sb.String()
-	dst = slices.Grow(dst, len(resources))
+	// The keys are written at their offsets into one buffer that becomes
+	// one string, which the keys share.
+	buf := make([]byte, size)
 	start := 0
+	for i, r := range resources {
+		end := ends[i]
+		n := start + copy(buf[start:], prefix)
+		if end-n > len(r) { // the key's length says it is wrapped
+			buf[n] = '{'
+			copy(buf[n+1:], r)
+			buf[end-1] = '}'
+		} else {
+			copy(buf[n:], r)
+		}
+		start = end
+	}
+	all := unsafe.String(unsafe.SliceData(buf), len(buf)) // buf is not written again
+	dst = slices.Grow(dst, len(resources))
+	start = 0
 	for _, end := range ends {
 		dst = append(dst, all[start:end])
 		start = end
@@ -152,9 +156,20 @@ func wrapped(resource string) (bool, error) {
 	return true, nil
 }
 
+// hasReservedSuffix reports whether s ends in one of the reserved suffixes.
+// It runs for every resource of every lock call, so it looks at the last
+// byte first: most resources end in none of the suffixes' last bytes.
 func hasReservedSuffix(s string) bool {
-	return IsHelperKey(s) || strings.HasSuffix(s, ChannelSuffix)
+	return s != "" && reservedLast[s[len(s)-1]] && (IsHelperKey(s) || strings.HasSuffix(s, ChannelSuffix))
 }
+
+// reservedLast marks the last bytes of the reserved suffixes.
+var reservedLast = func() (last [256]bool) {
+	for _, suffix := range []string{FenceSuffix, ChannelSuffix, QueueSuffix, ForcedSuffix} {
+		last[suffix[len(suffix)-1]] = true
+	}
+	return last
+}()
 
 // FenceKey returns the key of the fencing counter of the lock stored at
 // lockKey. It shares lockKey's slot.
