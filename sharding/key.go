@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"unsafe"
 )
 
 // DefaultPrefix is the key prefix shardlock uses unless told otherwise.
@@ -102,7 +101,7 @@ func AppendLockKeys(dst []string, prefix string, resources []string) ([]string, 
 		return dst, err
 	}
 	var endsBuf [16]int
-	ends := endsBuf[:0] // where each key ends in the joined bytes
+	ends := endsBuf[:0] // where each key ends in the joined string
 	size := 0
 	for _, r := range resources {
 		wrap, err := wrapped(r)
@@ -115,25 +114,22 @@ func AppendLockKeys(dst []string, prefix string, resources []string) ([]string, 
 		}
 		ends = append(ends, size)
 	}
-	// The keys are written at their offsets into one buffer that becomes
-	// one string, which the keys share.
-	buf := make([]byte, size)
-	start := 0
+	var sb strings.Builder
+	sb.Grow(size)
 	for i, r := range resources {
-		end := ends[i]
-		n := start + copy(buf[start:], prefix)
-		if end-n > len(r) { // the key's length says it is wrapped
-			buf[n] = '{'
-			copy(buf[n+1:], r)
-			buf[end-1] = '}'
+		wrap := ends[i]-sb.Len() > len(prefix)+len(r) // the key's length says it
+		sb.WriteString(prefix)
+		if wrap {
+			sb.WriteByte('{')
+			sb.WriteString(r)
+			sb.WriteByte('}')
 		} else {
-			copy(buf[n:], r)
+			sb.WriteString(r)
 		}
-		start = end
 	}
-	all := unsafe.String(unsafe.SliceData(buf), len(buf)) // buf is not written again
+	all := sb.String()
 	dst = slices.Grow(dst, len(resources))
-	start = 0
+	start := 0
 	for _, end := range ends {
 		dst = append(dst, all[start:end])
 		start = end
